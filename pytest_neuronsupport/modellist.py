@@ -1,0 +1,240 @@
+"""Model lists: TOML files of ``[[model]]`` entries, parsed into :class:`ModelSpec`.
+
+A list looks like::
+
+    [[model]]
+    id = "Qwen/Qwen3-0.6B"        # a Hub repo id, or "zoo:<name>" for a bundled tiny model
+    runner = "dense"              # optional: inferred from config.json "architectures"
+    task = "text-generation"      # optional
+    revision = "main"             # optional: a Hub revision
+    path = "checkpoints/qwen3"    # optional: a local checkpoint loaded instead of the Hub
+    selection_rank = 1            # optional: rank in the sweep's selection
+    cores = 2                     # optional: force the number of cores
+
+Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
+line and the entry. This module imports only the standard library and ``huggingface_hub``'s
+validator (cheap): collecting a 1000-entry list must cost next to nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
+
+from pytest_neuronsupport import zoo
+
+#: Runner names accepted in lists. The row's ``runner`` column uses the dataset card's
+#: spelling, ``run_<name>`` (:func:`runner_column`); lists accept both spellings.
+RUNNERS: tuple[str, ...] = ("dense", "encoder")
+
+ZOO_PREFIX = "zoo:"
+PACKAGE_PREFIX = "package:"
+
+_KEYS = {"id", "path", "runner", "task", "revision", "selection_rank", "cores"}
+_HEADER = re.compile(r"^\s*\[\[\s*model\s*\]\]\s*(#.*)?$")
+
+
+class ModelListError(Exception):
+    """A model list is malformed; the message names the file, line and entry."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One entry of a model list, validated."""
+
+    id: str
+    source: Path
+    line: int
+    path: str | None = None
+    runner: str | None = None
+    task: str | None = None
+    revision: str | None = None
+    selection_rank: int | None = None
+    cores: int | None = None
+
+    @property
+    def is_zoo(self) -> bool:
+        return self.id.startswith(ZOO_PREFIX)
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+def runner_column(runner: str) -> str:
+    """The dataset card's spelling of a runner name: ``dense`` → ``run_dense``."""
+    return runner if runner.startswith("run_") else f"run_{runner}"
+
+
+def _normalise_runner(value: str) -> str:
+    return value.removeprefix("run_")
+
+
+def _header_lines(text: str) -> list[int]:
+    return [n for n, line in enumerate(text.splitlines(), start=1) if _HEADER.match(line)]
+
+
+def _fail(source: Path, line: int | None, entry: str, problem: str) -> ModelListError:
+    where = f"{source}:{line}" if line else str(source)
+    return ModelListError(f"{where}: {entry}: {problem}")
+
+
+def check_model_id(model_id: str) -> str | None:
+    """Return why ``model_id`` is not a valid list id, or None when it is."""
+    if model_id.startswith(ZOO_PREFIX):
+        name = model_id.removeprefix(ZOO_PREFIX)
+        if name not in zoo.names():
+            return f"unknown zoo model {name!r} (known: {', '.join(zoo.names())})"
+        return None
+    try:
+        validate_repo_id(model_id)
+    except HFValidationError as exc:
+        return f"{model_id!r} is not a valid Hub repo id: {exc}"
+    return None
+
+
+def _entry(raw: Any, source: Path, line: int | None, index: int) -> ModelSpec:
+    label = f"entry {index}"
+    if not isinstance(raw, dict):
+        raise _fail(source, line, label, "each [[model]] entry must be a table")
+    if "id" in raw and isinstance(raw["id"], str):
+        label = f"entry {index} ({raw['id']!r})"
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise _fail(
+            source, line, label, f"unknown key(s) {', '.join(unknown)} (allowed: {sorted(_KEYS)})"
+        )
+    if "id" not in raw:
+        raise _fail(source, line, label, "missing 'id'")
+    for key in ("id", "path", "runner", "task", "revision"):
+        if key in raw and not (isinstance(raw[key], str) and raw[key].strip()):
+            raise _fail(source, line, label, f"'{key}' must be a non-empty string")
+    for key in ("selection_rank", "cores"):
+        value = raw.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise _fail(source, line, label, f"'{key}' must be a positive integer")
+    model_id: str = raw["id"]
+    problem = check_model_id(model_id)
+    if problem:
+        raise _fail(source, line, label, problem)
+    runner = raw.get("runner")
+    if runner is not None:
+        runner = _normalise_runner(runner)
+        if runner not in RUNNERS:
+            raise _fail(
+                source,
+                line,
+                label,
+                f"unknown runner {raw['runner']!r} (known: {', '.join(RUNNERS)})",
+            )
+    path = raw.get("path")
+    if path is not None and not path.startswith(PACKAGE_PREFIX):
+        resolved = (source.parent / path).resolve()
+        if not resolved.is_dir():
+            raise _fail(source, line, label, f"path {path!r} is not a directory ({resolved})")
+        path = str(resolved)
+    cores = raw.get("cores")
+    if cores is not None and cores & (cores - 1):
+        raise _fail(source, line, label, f"'cores' must be a power of two, not {cores}")
+    return ModelSpec(
+        id=model_id,
+        source=source,
+        line=line or 0,
+        path=path,
+        runner=runner,
+        task=raw.get("task"),
+        revision=raw.get("revision"),
+        selection_rank=raw.get("selection_rank"),
+        cores=cores,
+    )
+
+
+def parse(source: Path, text: str | None = None) -> list[ModelSpec]:
+    """Parse one model list file into specs, in file order."""
+    if text is None:
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelListError(f"{source}: cannot read model list: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ModelListError(f"{source}: invalid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"model"})
+    if unknown:
+        raise ModelListError(
+            f"{source}: unknown top-level key(s) {', '.join(unknown)}: "
+            "a model list holds only [[model]] entries"
+        )
+    entries = data.get("model", [])
+    if not isinstance(entries, list):
+        raise ModelListError(f"{source}: 'model' must be an array of tables ([[model]])")
+    lines = _header_lines(text)
+    specs: list[ModelSpec] = []
+    seen: dict[str, ModelSpec] = {}
+    for index, raw in enumerate(entries, start=1):
+        line = lines[index - 1] if len(lines) == len(entries) else None
+        spec = _entry(raw, source, line, index)
+        if spec.id in seen:
+            first = seen[spec.id]
+            raise _fail(
+                source,
+                line,
+                f"entry {index} ({spec.id!r})",
+                f"duplicate id (first at {first.where})",
+            )
+        seen[spec.id] = spec
+        specs.append(spec)
+    return specs
+
+
+def check_unique(specs: Iterable[ModelSpec], seen: dict[str, ModelSpec] | None = None) -> None:
+    """Refuse a model listed twice (in two files): its rows would overwrite each other.
+
+    ``seen`` carries the specs of the files already collected, and is updated.
+    """
+    seen = {} if seen is None else seen
+    for spec in specs:
+        first = seen.get(spec.id)
+        if first is not None and first.where != spec.where:  # the same file collected again is fine
+            raise ModelListError(
+                f"{spec.where}: {spec.id!r}: duplicate id (also listed at {first.where})"
+            )
+        seen.setdefault(spec.id, spec)
+
+
+def bundled_dir() -> Path:
+    """The folder of the model lists shipped with the project.
+
+    Installed from a wheel they sit inside the package; in a source checkout (editable
+    install) they are the repository's ``model_lists/``.
+    """
+    here = Path(__file__).resolve().parent
+    inside = here / "model_lists"
+    return inside if inside.is_dir() else here.parent / "model_lists"
+
+
+def default_lists() -> list[Path]:
+    return [bundled_dir() / "tiny.toml"]
+
+
+def resolve_paths(values: Sequence[str], base: Path) -> list[Path]:
+    """Model list paths as given (relative to ``base``), each checked to exist."""
+    paths: list[Path] = []
+    for value in values:
+        path = Path(value)
+        if not path.is_absolute():
+            path = base / path
+        if not path.is_file():
+            raise ModelListError(f"model list {value!r} not found ({path})")
+        paths.append(path.resolve())
+    return paths

@@ -1,0 +1,162 @@
+"""Model lists: parsing, and every malformed entry stopping collection with a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport.modellist import (
+    ModelListError,
+    check_unique,
+    default_lists,
+    parse,
+    runner_column,
+)
+
+
+def write(tmp_path: Path, text: str, name: str = "models.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_entries_parse_in_order_with_their_lines(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    path = write(
+        tmp_path,
+        """# a comment
+[[model]]
+id = "Qwen/Qwen3-0.6B"
+selection_rank = 1
+
+[[model]]
+id = "zoo:bert-mlm"
+runner = "run_encoder"
+
+[[model]]  # local checkpoint
+id = "acme/local"
+path = "ckpt"
+runner = "dense"
+revision = "v1"
+task = "text-generation"
+cores = 2
+""",
+    )
+    specs = parse(path)
+    assert [s.id for s in specs] == ["Qwen/Qwen3-0.6B", "zoo:bert-mlm", "acme/local"]
+    assert [s.line for s in specs] == [2, 6, 10]
+    assert specs[0].selection_rank == 1 and specs[0].runner is None
+    assert specs[1].runner == "encoder" and specs[1].is_zoo
+    assert specs[2].path == str((tmp_path / "ckpt").resolve())
+    assert (specs[2].runner, specs[2].revision, specs[2].task, specs[2].cores) == (
+        "dense",
+        "v1",
+        "text-generation",
+        2,
+    )
+    assert specs[2].where == f"{path}:10"
+
+
+def test_the_bundled_tiny_list_parses() -> None:
+    (tiny,) = default_lists()
+    specs = parse(tiny)
+    assert specs and all(s.is_zoo for s in specs)
+
+
+def test_runner_column_uses_the_dataset_cards_spelling() -> None:
+    assert runner_column("dense") == "run_dense"
+    assert runner_column("run_encoder") == "run_encoder"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[model]]\nid = "a/b"\nrunner = ', "invalid TOML"),
+        ('[[model]]\ntask = "fill-mask"\n', ":1: entry 1: missing 'id'"),
+        (
+            '[[model]]\nid = "a/b"\n\n[[model]]\nid = 3\n',
+            ":4: entry 2: 'id' must be a non-empty string",
+        ),
+        (
+            '[[model]]\nid = "a/b"\nrunner = "vision"\n',
+            ":1: entry 1 ('a/b'): unknown runner 'vision'",
+        ),
+        ('[[model]]\nid = "not a repo id"\n', "'not a repo id' is not a valid Hub repo id"),
+        ('[[model]]\nid = "a//b"\n', "'a//b' is not a valid Hub repo id"),
+        ('[[model]]\nid = "zoo:nope"\n', "unknown zoo model 'nope'"),
+        (
+            '[[model]]\nid = "a/b"\n\n[[model]]\nid = "a/b"\n',
+            ":4: entry 2 ('a/b'): duplicate id (first at ",
+        ),
+        ('[[model]]\nid = "a/b"\nrevison = "main"\n', "unknown key(s) revison"),
+        (
+            '[[model]]\nid = "a/b"\nselection_rank = 0\n',
+            "'selection_rank' must be a positive integer",
+        ),
+        ('[[model]]\nid = "a/b"\ncores = 3\n', "'cores' must be a power of two"),
+        ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory"),
+        ("models = []\n", "unknown top-level key(s) models"),
+        ('model = "x"\n', "'model' must be an array of tables"),
+    ],
+)
+def test_malformed_lists_name_the_file_line_and_entry(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ModelListError) as info:
+        parse(path)
+    assert str(info.value).startswith(str(path))
+    assert message in str(info.value)
+
+
+def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[model]]\nid = "a/b"\n\n[[model]]\nid = "c/d\n')
+    with pytest.raises(ModelListError, match=r"line 5"):
+        parse(path)
+
+
+def test_a_model_in_two_lists_is_refused(tmp_path: Path) -> None:
+    one = parse(write(tmp_path, '[[model]]\nid = "a/b"\n', "one.toml"))
+    two = parse(write(tmp_path, '[[model]]\nid = "c/d"\n\n[[model]]\nid = "a/b"\n', "two.toml"))
+    with pytest.raises(
+        ModelListError, match=r"two.toml:4: 'a/b': duplicate id \(also listed at .*one.toml:1\)"
+    ):
+        check_unique([*one, *two])
+
+
+def test_a_malformed_list_stops_collection_through_the_plugin(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "good.toml").write_text('[[model]]\nid = "zoo:llama"\n')
+    (pytester.path / "bad.toml").write_text(
+        '[[model]]\nid = "zoo:llama"\n\n[[model]]\nid = "a b"\n'
+    )
+    result = pytester.runpytest(
+        "--neuron-sweep", "--neuron-models", "good.toml", "bad.toml", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting bad.toml*",
+            "*bad.toml:4: entry 2 ('a b'): 'a b' is not a valid Hub repo id*",
+            "*Interrupted: 1 error during collection*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert not (pytester.path / "results" / "data").exists()
+
+
+def test_a_missing_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--neuron-sweep", "--neuron-models", "nope.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*neuronsupport: model list 'nope.toml' not found*"])
+
+
+def test_a_model_in_two_lists_stops_the_sweep(pytester: pytest.Pytester) -> None:
+    (pytester.path / "one.toml").write_text('[[model]]\nid = "zoo:llama"\n')
+    (pytester.path / "two.toml").write_text('[[model]]\nid = "zoo:llama"\n')
+    result = pytester.runpytest("--neuron-sweep", "--neuron-models", "one.toml", "two.toml")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*two.toml:1: 'zoo:llama': duplicate id (also listed at *one.toml:1)*"]
+    )
