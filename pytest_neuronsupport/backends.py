@@ -1,0 +1,51 @@
+"""Checking a ``--neuron-backend`` before the sweep starts, so a typo is one clear error
+instead of a FAIL(gen) for every model.
+
+A backend is a name registered with ``torch.compile`` (``inductor``, ``aot_eager``, ``neuron``
+once TorchNeuron is imported...) or an import path ``package.module:callable`` of a custom
+dynamo backend, imported with the folder pytest was invoked from on ``sys.path``, as ``run.py``
+does (that folder is its working directory).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from pytest_neuronsupport.devices import Device
+
+
+def check_backend(name: str, device: Device, workdir: Path) -> str | None:
+    """Why ``name`` cannot be used on ``device``, or None when it can."""
+    if ":" in name:
+        return _check_import_path(name, workdir)
+    if name == device.default_backend:
+        return None  # the device's own backend, registered by its runtime (torch_neuronx...)
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        return f"unknown backend {name!r} (registered: {', '.join(sorted(known))})"
+    return None
+
+
+def _check_import_path(name: str, workdir: Path) -> str | None:
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        return f"{name!r}: an import path is written package.module:callable"
+    added = str(workdir) not in sys.path
+    if added:
+        sys.path.insert(0, str(workdir))
+    try:
+        obj: object = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        return f"cannot import {name!r}: {type(exc).__name__}: {exc}"
+    finally:
+        if added:
+            sys.path.remove(str(workdir))
+    if not callable(obj):
+        return f"{name!r} is not callable"
+    return None

@@ -1,0 +1,192 @@
+"""The device interface, plugin side: which device, which compiler, how many cores, how to pin.
+
+Three implementations: ``neuron`` (TorchNeuron on Trainium), ``cuda`` and ``cpu``. The run side
+(moving tensors, synchronising, reading peak memory inside ``run.py``) is the matching class in
+:mod:`pytest_neuronsupport.runners.common`. Nothing else in the package asks which device it is.
+
+Detection is cheap: no torch import unless a CUDA driver is present.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+
+def package_version(distribution: str) -> str | None:
+    """Installed version of a distribution, or None."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def public_version(text: str) -> str:
+    """``2.13.0+cpu`` → ``2.13.0``: the local part names a build, not a release."""
+    return text.split("+", 1)[0]
+
+
+def core_ranges(cores: Sequence[int]) -> str:
+    """``[0, 1, 2, 3]`` → ``"0-3"``; ``[4]`` → ``"4"`` (NEURON_RT_VISIBLE_CORES syntax)."""
+    if not cores:
+        raise ValueError("no cores")
+    ordered = sorted(cores)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return str(ordered[0]) if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(str(c) for c in ordered)
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the plugin needs to know of a device before any run starts."""
+
+    name: str
+    default_backend: str
+    #: dtype of the device run: bf16 on accelerators, fp32 on the CPU.
+    default_dtype: str
+    #: torch.compile(fullgraph=...) for the device run.
+    fullgraph: bool
+
+    def available(self) -> bool:
+        raise NotImplementedError
+
+    def compiler(self, backend: str) -> tuple[str, str]:
+        """(compiler, version) naming the dataset folder ``data/<compiler>-<version>/``."""
+        torch_version = public_version(package_version("torch") or "unknown")
+        return backend_label(backend), torch_version
+
+    def core_count(self) -> int:
+        raise NotImplementedError
+
+    def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
+        """Environment that restricts a run to ``cores`` before any runtime starts."""
+        raise NotImplementedError
+
+    def core_capacity_gb(self) -> float:
+        """Memory one core provides to a model (the unit of core sizing)."""
+        raise NotImplementedError
+
+    def capacity_gb(self, cores: int) -> float:
+        """What ``cores`` cores provide: the row's ``hbm_capacity_gb``."""
+        return round(self.core_capacity_gb() * cores, 3)
+
+    def run_env(self, cache_dir: Path) -> dict[str, str]:
+        """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
+        return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
+
+
+def backend_label(backend: str) -> str:
+    """A backend as a folder-safe label: ``tests.backends:perturb`` → ``tests.backends.perturb``."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", ".", backend).strip(".") or "backend"
+
+
+@dataclass(frozen=True)
+class NeuronDevice(Device):
+    name: str = "neuron"
+    default_backend: str = "neuron"
+    default_dtype: str = "bfloat16"
+    fullgraph: bool = True
+
+    def available(self) -> bool:
+        return importlib.util.find_spec("torch_neuronx") is not None and bool(
+            glob.glob("/dev/neuron[0-9]*")
+        )
+
+    def compiler(self, backend: str) -> tuple[str, str]:
+        if backend == "neuron":
+            return "neuronxcc", package_version("neuronx-cc") or "unknown"
+        return super().compiler(backend)
+
+    def core_count(self) -> int:
+        devices = len(glob.glob("/dev/neuron[0-9]*"))
+        per_device = int(os.environ.get("NEURONSUPPORT_CORES_PER_DEVICE", "4"))  # trn2, LNC=2
+        return max(1, devices * per_device)
+
+    def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
+        return {"NEURON_RT_VISIBLE_CORES": core_ranges(cores)}
+
+    def core_capacity_gb(self) -> float:
+        # trn2: 96 GB of HBM per device, 4 logical cores at LNC=2
+        return float(os.environ.get("NEURONSUPPORT_CORE_MEMORY_GB", "24"))
+
+    def run_env(self, cache_dir: Path) -> dict[str, str]:
+        env = super().run_env(cache_dir)
+        # read once by TorchNeuron, at the first compile; a user's own setting wins
+        env["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.environ.get(
+            "TORCH_NEURONX_NEFF_CACHE_DIR", str(cache_dir / "neff")
+        )
+        return env
+
+
+@dataclass(frozen=True)
+class CudaDevice(Device):
+    name: str = "cuda"
+    default_backend: str = "inductor"
+    default_dtype: str = "bfloat16"
+    fullgraph: bool = False
+
+    def available(self) -> bool:
+        if not (Path("/proc/driver/nvidia").exists() or glob.glob("/dev/nvidia[0-9]*")):
+            return False
+        import torch
+
+        return bool(torch.cuda.is_available())
+
+    def core_count(self) -> int:
+        import torch
+
+        return max(1, int(torch.cuda.device_count()))
+
+    def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(c) for c in sorted(cores))}
+
+    def core_capacity_gb(self) -> float:
+        import torch
+
+        return float(torch.cuda.get_device_properties(0).total_memory) / 1e9
+
+
+@dataclass(frozen=True)
+class CpuDevice(Device):
+    name: str = "cpu"
+    default_backend: str = "inductor"
+    default_dtype: str = "float32"
+    fullgraph: bool = False
+
+    def available(self) -> bool:
+        return True
+
+    def core_count(self) -> int:
+        return len(os.sched_getaffinity(0))
+
+    def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
+        n = str(len(cores))
+        return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+    def core_capacity_gb(self) -> float:
+        """The machine's memory shared evenly among its cores (override:
+        ``NEURONSUPPORT_CORE_MEMORY_GB``)."""
+        if "NEURONSUPPORT_CORE_MEMORY_GB" in os.environ:
+            return float(os.environ["NEURONSUPPORT_CORE_MEMORY_GB"])
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+        return total / self.core_count()
+
+
+DEVICES: dict[str, Device] = {d.name: d for d in (NeuronDevice(), CudaDevice(), CpuDevice())}
+CHOICES = ("auto", *DEVICES)
+
+
+def resolve(name: str) -> Device:
+    """The device named (``auto``: neuron if present, else cuda, else cpu)."""
+    if name == "auto":
+        return next(d for d in DEVICES.values() if d.available())
+    try:
+        return DEVICES[name]
+    except KeyError:
+        raise ValueError(f"unknown device {name!r} (choose from {', '.join(CHOICES)})") from None

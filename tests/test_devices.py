@@ -1,0 +1,77 @@
+"""The device interface, plugin side, and the stack columns read from package metadata."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport import devices
+from pytest_neuronsupport.devices import CpuDevice, NeuronDevice, core_ranges
+from pytest_neuronsupport.stack import installed_stack
+
+
+def test_auto_is_the_cpu_on_a_machine_without_accelerators() -> None:
+    if Path("/dev/neuron0").exists() or Path("/proc/driver/nvidia").exists():
+        pytest.skip("this machine has an accelerator")
+    device = devices.resolve("auto")
+    assert device.name == "cpu"
+    assert (device.default_backend, device.default_dtype) == ("inductor", "float32")
+
+
+def test_unknown_device_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"'tpu'.*auto, neuron, cuda, cpu"):
+        devices.resolve("tpu")
+
+
+@pytest.mark.parametrize(
+    ("cores", "text"), [([0], "0"), ([0, 1, 2, 3], "0-3"), ([4, 5], "4-5"), ([1, 3], "1,3")]
+)
+def test_core_ranges_use_neuron_runtime_syntax(cores: list[int], text: str) -> None:
+    assert core_ranges(cores) == text
+
+
+def test_pinning_environment_per_device() -> None:
+    assert NeuronDevice().pin_env([4, 5, 6, 7]) == {"NEURON_RT_VISIBLE_CORES": "4-7"}
+    assert devices.DEVICES["cuda"].pin_env([1, 0]) == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert CpuDevice().pin_env([0, 1]) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+
+
+def test_compiler_names_the_dataset_folder() -> None:
+    torch_version = devices.public_version(devices.package_version("torch") or "")
+    assert CpuDevice().compiler("inductor") == ("inductor", torch_version)
+    assert CpuDevice().compiler("my.pkg:backend") == ("my.pkg.backend", torch_version)
+    # a custom backend on Neuron is filed under its own name, not neuronxcc
+    assert NeuronDevice().compiler("aot_eager")[0] == "aot_eager"
+
+
+@pytest.fixture
+def fake_neuron_sdk_distributions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Test double for an installed Neuron SDK: dist-info metadata only, no code."""
+    for name, version in (("neuronx_cc", "2.21.33363.0"), ("torch_neuronx", "2.9.0.2.13")):
+        info = tmp_path / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_neuron_compiler_and_stack_come_from_installed_metadata(
+    fake_neuron_sdk_distributions: Path,
+) -> None:
+    assert NeuronDevice().compiler("neuron") == ("neuronxcc", "2.21.33363.0")
+    stack = installed_stack()
+    assert stack["neuronx_cc"] == "2.21.33363.0"
+    assert stack["torch_neuronx"] == "2.9.0.2.13"
+    assert stack["library_version"] == stack["transformers"]
+    assert stack["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert stack["nki"] is None  # absent packages are null, not guessed
+
+
+def test_capacity_is_per_core_times_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURONSUPPORT_CORE_MEMORY_GB", "24")
+    assert NeuronDevice().capacity_gb(4) == 96.0
+    assert CpuDevice().capacity_gb(2) == 48.0

@@ -1,0 +1,81 @@
+"""Planning one entry: runner inference, exclusion rules, checkpoint resolution."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.plan import exclusion_for, infer_runner, plan
+
+
+@pytest.mark.parametrize(
+    ("config", "task", "runner"),
+    [
+        ({"architectures": ["LlamaForCausalLM"]}, None, "dense"),
+        ({"architectures": ["GPT2LMHeadModel"]}, None, "dense"),
+        (
+            {"architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True},
+            None,
+            "seq2seq",
+        ),
+        (
+            {"architectures": ["LlavaForConditionalGeneration"], "vision_config": {}},
+            None,
+            "multimodal",
+        ),
+        ({"architectures": ["BertForMaskedLM"]}, None, "encoder"),
+        ({"architectures": ["DebertaV2ForTokenClassification"]}, None, "encoder"),
+        ({"architectures": ["BertModel"]}, None, "encoder"),
+        ({}, "text-generation", "dense"),
+        ({}, "sentence-similarity", "encoder"),
+        ({}, None, None),
+        ({"architectures": ["Mystery"]}, "weird-task", None),
+    ],
+)
+def test_runner_from_architectures_then_task(
+    config: dict, task: str | None, runner: str | None
+) -> None:
+    assert infer_runner(config, task) == runner
+
+
+def test_exclusion_rules() -> None:
+    quant = exclusion_for({"quantization_config": {"quant_method": "awq"}})
+    assert quant is not None and quant.category == "quantized" and "awq" in quant.reason
+    remote = exclusion_for({"auto_map": {"AutoModel": "x.Y"}})
+    assert remote is not None and remote.category == "trust-remote-code"
+    assert exclusion_for({"architectures": ["LlamaForCausalLM"]}) is None
+
+
+def spec(tmp_path: Path, **kwargs: object) -> ModelSpec:
+    return ModelSpec(source=tmp_path / "models.toml", line=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_local_checkpoint_is_planned_from_its_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"]}))
+    planned = plan(spec(tmp_path, id="acme/bert", path=str(tmp_path)), tmp_path)
+    assert (planned.runner, planned.exclusion, planned.load_error) == ("encoder", None, None)
+    assert planned.checkpoint == str(tmp_path)
+
+
+def test_an_unsupported_runner_is_excluded_not_failed(tmp_path: Path) -> None:
+    config = {"architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    planned = plan(spec(tmp_path, id="acme/t5", path=str(tmp_path)), tmp_path)
+    assert planned.exclusion is not None and planned.exclusion.category == "no-runner"
+
+
+def test_a_missing_package_checkpoint_is_a_load_error(tmp_path: Path) -> None:
+    planned = plan(spec(tmp_path, id="acme/x", path="package:no_such_package_here/model"), tmp_path)
+    assert planned.load_error is not None and "no_such_package_here" in planned.load_error
+
+
+def test_a_hub_id_with_its_runner_given_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    planned = plan(spec(tmp_path, id="acme/not-here", runner="dense"), tmp_path)
+    assert planned.load_error is None and planned.runner == "dense"
+    assert planned.checkpoint == "acme/not-here"  # from_pretrained meets the problem in run.py
