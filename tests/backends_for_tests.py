@@ -1,0 +1,73 @@
+"""Test-only torch.compile backends that misbehave on purpose, one way each.
+
+They stand in for a broken compiler, which we cannot have for real here. The plugin tests copy
+this file into each pytester folder and sweep with ``--neuron-backend
+backends_for_tests:<name>``; run.py imports it from its working directory, exactly as it would a
+compiler team's own backend.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def refusing_to_compile_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Raises at compile time, as a compiler that rejects the graph."""
+    raise RuntimeError("test-only backend: refused to compile this graph")
+
+
+def raising_at_run_time_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Compiles, then raises when the compiled graph runs, as a runtime error on a device."""
+
+    def run(*args: Any) -> Any:
+        raise RuntimeError("test-only backend: the compiled graph failed at run time")
+
+    return run
+
+
+def perturbing_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Runs the graph, then adds large deterministic noise to every floating-point output, as
+    a compiler that miscompiles: the run returns, but its numbers are wrong."""
+
+    def perturb(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            generator = torch.Generator().manual_seed(1234)
+            noise = torch.randn(value.shape, generator=generator, dtype=torch.float32)
+            return value + (100.0 * noise).to(value.dtype)
+        if isinstance(value, (list, tuple)):
+            return type(value)(perturb(v) for v in value)
+        return value
+
+    def run(*args: Any) -> Any:
+        return perturb(gm.forward(*args))
+
+    return run
+
+
+def crashing_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """The compiled graph takes the process down with SIGSEGV, as a runtime crash."""
+
+    def run(*args: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    return run
+
+
+def hanging_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """The compiled graph never returns, as a hung device."""
+
+    def run(*args: Any) -> Any:
+        while True:
+            time.sleep(60)
+
+    return run

@@ -1,0 +1,107 @@
+"""Running sweeps through pytester and reading back what they wrote (rows, junit)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def toml_list(entries: Iterable[Mapping[str, Any]]) -> str:
+    """A model list's text; JSON strings are valid TOML basic strings."""
+    blocks = []
+    for entry in entries:
+        lines = ["[[model]]"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in entry.items()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+@dataclass
+class Sweep:
+    """A finished sweep: pytest's result, the dataset's rows and the junit properties."""
+
+    result: pytest.RunResult
+    rows: dict[str, dict[str, Any]]
+    junit: dict[str, dict[str, str]]
+    testcases: dict[str, ET.Element]
+
+    def row(self, model_id: str) -> dict[str, Any]:
+        return self.rows[model_id]
+
+
+class SweepRunner:
+    """Runs ``pytest --neuron-sweep`` in a pytester folder with the shared zoo cache."""
+
+    def __init__(self, pytester: pytest.Pytester, cache: Path) -> None:
+        self.pytester = pytester
+        self.cache = cache
+        # an ini file makes the pytester folder the rootdir, and sets the cache through its key
+        pytester.makeini(f"[pytest]\nneuron_cache = {cache}\n")
+        shutil.copy(HERE / "backends_for_tests.py", pytester.path / "backends_for_tests.py")
+
+    @property
+    def results(self) -> Path:
+        return self.pytester.path / "results"
+
+    def write_list(self, entries: Iterable[Mapping[str, Any]], name: str = "models.toml") -> Path:
+        path = self.pytester.path / name
+        path.write_text(toml_list(entries), encoding="utf-8")
+        return path
+
+    def run(
+        self,
+        *models: str | Mapping[str, Any],
+        backend: str = "aot_eager",
+        args: Iterable[str] = (),
+        list_name: str = "models.toml",
+    ) -> Sweep:
+        entries = [{"id": m} if isinstance(m, str) else m for m in models]
+        path = self.write_list(entries, list_name)
+        result = self.pytester.runpytest(
+            "--neuron-sweep",
+            "--neuron-models",
+            str(path),
+            "--neuron-backend",
+            backend,
+            "--junitxml",
+            "junit.xml",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            *args,
+        )
+        return Sweep(result, self.read_rows(), *self.read_junit())
+
+    def read_rows(self) -> dict[str, dict[str, Any]]:
+        data = self.results / "data"
+        if not data.exists():
+            return {}
+        rows: dict[str, dict[str, Any]] = {}
+        for path in sorted(data.glob("*/*.parquet")):
+            for row in pq.read_table(path).to_pylist():
+                assert row["model_id"] not in rows, f"{row['model_id']} twice in the dataset"
+                rows[row["model_id"]] = row
+        return rows
+
+    def read_junit(self) -> tuple[dict[str, dict[str, str]], dict[str, ET.Element]]:
+        path = self.pytester.path / "junit.xml"
+        props: dict[str, dict[str, str]] = {}
+        cases: dict[str, ET.Element] = {}
+        if not path.exists():
+            return props, cases
+        for case in ET.parse(path).getroot().iter("testcase"):
+            values = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+            key = values.get("model_id", case.get("name", ""))
+            props[key] = values
+            cases[key] = case
+        return props, cases

