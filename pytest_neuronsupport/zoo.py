@@ -1,10 +1,12 @@
 """The offline tiny-model zoo: deterministic tiny Hugging Face checkpoints built on first use.
 
 Every entry is a real ``transformers`` architecture with a small config (hidden size 64, two
-layers, four heads), random weights drawn from a fixed per-model seed, and a real byte-level BPE
-tokenizer trained with the ``tokenizers`` library on the English corpus embedded below. The
-checkpoints exercise the whole pipeline (``from_pretrained``, ``torch.compile``, ``generate`` or a
-forward pass) without network access; in model lists they are named ``zoo:<name>``.
+layers, four heads; ``llama-2core`` is larger on purpose), random weights drawn from a fixed
+per-model seed, and a real byte-level BPE tokenizer trained with the ``tokenizers`` library on the
+English corpus embedded below (``llava`` also gets a processor: a PIL-backed CLIP image processor
+and a chat template). The checkpoints exercise the whole pipeline (``from_pretrained``,
+``torch.compile``, ``generate`` or a forward pass) without network access; in model lists they
+are named ``zoo:<name>``.
 
 Checkpoints are built into ``<cache_dir>/zoo/v<ZOO_VERSION>-transformers-<version>/<name>`` by
 :func:`ensure_built` and never committed. With the same library versions every file is
@@ -13,6 +15,8 @@ and Unigram training in ``tokenizers`` is not reproducible (same vocabulary, dif
 
 This module is imported during test collection, so it imports nothing heavy at module level:
 ``torch``, ``transformers`` and ``tokenizers`` are imported inside the functions that build.
+Building ``llava`` (and running its image processor) needs Pillow: ``transformers`` has no image
+processor without it, and its torchvision-backed ones are not used here (see ``_llava_processor``).
 """
 
 from __future__ import annotations
@@ -112,6 +116,36 @@ _MODELS: tuple[ZooModel, ...] = (
         "feature-extraction",
         "tiny BERT encoder without a head (last hidden state and pooler output)",
     ),
+    ZooModel(
+        "t5",
+        "T5ForConditionalGeneration",
+        "text2text-generation",
+        "tiny T5 v1.1-style encoder-decoder (gated GELU, untied head); </s> eos, <pad> starts",
+    ),
+    ZooModel(
+        "bart",
+        "BartForConditionalGeneration",
+        "summarization",
+        "tiny BART encoder-decoder; <s> A </s>, decoding starts at </s> as in BART",
+    ),
+    ZooModel(
+        "llava",
+        "LlavaForConditionalGeneration",
+        "image-text-to-text",
+        "tiny LLaVA (CLIP vision tower 32px/8px patches, Llama text) with a processor and <image>",
+    ),
+    ZooModel(
+        "mixtral",
+        "MixtralForCausalLM",
+        "text-generation",
+        "tiny Mixtral mixture-of-experts decoder: 4 experts, top-2 routing",
+    ),
+    ZooModel(
+        "llama-2core",
+        "LlamaForCausalLM",
+        "text-generation",
+        "larger Llama (hidden 256, 4 layers, 8 heads), stored in bf16; splits over 2 cores",
+    ),
 )
 _BY_NAME: dict[str, ZooModel] = {m.name: m for m in _MODELS}
 
@@ -191,16 +225,21 @@ def ensure_built(name: str, cache_dir: Path) -> Path:
 def build(name: str, dest: Path) -> None:
     """Write the checkpoint files of zoo model *name* (config, weights, tokenizer) into *dest*.
 
-    *dest* is created if needed. With the same library versions the files are byte-identical on
-    every call. Global state touched on the way (torch's RNG and default dtype, the transformers
-    progress bar and log level, ``TOKENIZERS_PARALLELISM``) is restored before returning.
+    Models with a processor (``llava``) also get its files (``processor_config.json``,
+    ``chat_template.jinja``). *dest* is created if needed. With the same library versions the
+    files are byte-identical on every call. Global state touched on the way (torch's RNG and
+    default dtype, the transformers progress bar and log level, ``TOKENIZERS_PARALLELISM``) is
+    restored before returning.
     """
     spec = _SPECS[get(name).name]
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     with _quiet_deterministic_build():
         tokenizer = _make_tokenizer(spec.family, spec.token_type_ids)
-        tokenizer.save_pretrained(str(dest))
+        if spec.make_processor is None:
+            tokenizer.save_pretrained(str(dest))
+        else:  # saves the tokenizer too (its config then names the processor class)
+            spec.make_processor(tokenizer).save_pretrained(str(dest))
         config = spec.make_config(_family_ids(tokenizer, spec.family))
         special_ids = set(tokenizer.convert_tokens_to_ids(list(_FAMILY_SPECIALS[spec.family])))
         model = _make_model(name, config, special_ids)
@@ -347,6 +386,8 @@ _FAMILY_SPECIALS: dict[str, tuple[str, ...]] = {
     "gpt2": ("<|endoftext|>",),
     "bert": ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
     "roberta": ("<s>", "<pad>", "</s>", "<unk>", "<mask>"),
+    "t5": ("<pad>", "</s>", "<unk>"),
+    "llava": ("<unk>", "<s>", "</s>", "<image>", "<pad>"),
 }
 # Mask tokens swallow the space before them, so "in [MASK]." is " in", mask, ".".
 _LSTRIP_SPECIALS = frozenset({"[MASK]", "<mask>"})
@@ -373,7 +414,13 @@ def _train_bpe(family: str) -> Tokenizer:
     from tokenizers.trainers import BpeTrainer
 
     specials = _FAMILY_SPECIALS[family]
-    unk = {"llama": "<unk>", "bert": "[UNK]", "roberta": "<unk>"}.get(family)
+    unk = {
+        "llama": "<unk>",
+        "bert": "[UNK]",
+        "roberta": "<unk>",
+        "t5": "<unk>",
+        "llava": "<unk>",
+    }.get(family)
     tok = Tokenizer(models.BPE(unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -401,9 +448,14 @@ def _train_bpe(family: str) -> Tokenizer:
     byte_level = processors.ByteLevel(
         add_prefix_space=False, trim_offsets=family in ("bert", "roberta")
     )
-    if family == "llama":
+    if family in ("llama", "llava"):
         template = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", ids["<s>"])]
+        )
+        tok.post_processor = processors.Sequence([byte_level, template])
+    elif family == "t5":  # T5 has no bos; every sequence ends with </s>
+        template = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", ids["</s>"])]
         )
         tok.post_processor = processors.Sequence([byte_level, template])
     elif family == "bert":
@@ -449,6 +501,17 @@ def _make_tokenizer(family: str, token_type_ids: bool) -> Any:
         }
     elif family == "gpt2":
         kwargs = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    elif family == "t5":
+        kwargs = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    elif family == "llava":
+        kwargs = {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            # a named extra special token: tokenizer.image_token / image_token_id
+            "extra_special_tokens": {"image_token": "<image>"},
+        }
     elif family == "bert":
         kwargs = {
             "pad_token": "[PAD]",
@@ -467,7 +530,7 @@ def _make_tokenizer(family: str, token_type_ids: bool) -> Any:
             "pad_token": "<pad>",
             "mask_token": special("<mask>"),
         }
-    decoder = family in ("llama", "qwen", "gpt2")
+    decoder = family in ("llama", "qwen", "gpt2", "llava")
     input_names = ["input_ids", "token_type_ids", "attention_mask"]
     if not token_type_ids:
         input_names.remove("token_type_ids")
@@ -488,6 +551,8 @@ def _family_ids(tokenizer: Any, family: str) -> dict[str, Any]:
         ids[f"{key}_token_id"] = getattr(tokenizer, f"{key}_token_id")
     if family == "qwen":  # Qwen3 checkpoints name <|endoftext|> as bos
         ids["bos_token_id"] = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    if family == "llava":
+        ids["image_token_id"] = tokenizer.convert_tokens_to_ids("<image>")
     return ids
 
 
@@ -504,6 +569,45 @@ _MAX_POSITIONS = 512
 _NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 _SST_LABELS = ("NEGATIVE", "NEUTRAL", "POSITIVE")
 
+# llava's vision tower: 32x32 images in 8x8 patches, i.e. 16 patch tokens (+ CLS, which the
+# "default" feature selection drops), so one image is 16 <image> tokens in the prompt.
+_IMAGE_SIZE = 32
+_PATCH_SIZE = 8
+_IMAGE_TOKENS = (_IMAGE_SIZE // _PATCH_SIZE) ** 2
+
+# mixtral's experts.
+_EXPERTS = 4
+_EXPERTS_PER_TOKEN = 2
+
+# llama-2core: big enough to need two cores under a small per-core memory budget (4.46 M
+# parameters, 8.9 MB in bf16), with head counts that split evenly over 2 tensor-parallel ranks.
+_2CORE_HIDDEN = 256
+_2CORE_LAYERS = 4
+_2CORE_HEADS = 8
+_2CORE_KV_HEADS = 4
+_2CORE_INTERMEDIATE = 1024
+
+# The llava-1.5 prompt format: "USER: <image>\n<text> ASSISTANT:". Images come first; the
+# processor expands each <image> into _IMAGE_TOKENS of them.
+_LLAVA_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- message['role'].upper() + ': ' }}"
+    "{%- if message['content'] is string %}"
+    "{{- message['content'] + ' ' }}"
+    "{%- else %}"
+    "{%- for item in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{- '<image>\\n' }}"
+    "{%- endfor %}"
+    "{%- for item in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{- item['text'] + ' ' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- 'ASSISTANT:' }}"
+    "{%- endif %}"
+)
+
 
 @dataclass(frozen=True)
 class _Spec:
@@ -519,6 +623,10 @@ class _Spec:
     """Rewrites the output layer in place; gets the model and the special token ids."""
     token_type_ids: bool = False
     """Whether the tokenizer returns ``token_type_ids`` (only models with segment embeddings)."""
+    dtype: str = "float32"
+    """The dtype the weights are stored in, a ``torch`` attribute name (``config.json`` says it)."""
+    make_processor: Callable[[Any], Any] | None = None
+    """Processor factory (gets the tokenizer), for models that take more than text."""
 
 
 def _labels(labels: tuple[str, ...]) -> dict[str, Any]:
@@ -571,6 +679,134 @@ def _gpt2_config(ids: dict[str, Any]) -> PreTrainedConfig:
         n_positions=_MAX_POSITIONS,
         tie_word_embeddings=False,
         **ids,
+    )
+
+
+def _llama_2core_config(ids: dict[str, Any]) -> PreTrainedConfig:
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=_2CORE_HIDDEN,
+        intermediate_size=_2CORE_INTERMEDIATE,
+        num_hidden_layers=_2CORE_LAYERS,
+        num_attention_heads=_2CORE_HEADS,
+        num_key_value_heads=_2CORE_KV_HEADS,
+        max_position_embeddings=_MAX_POSITIONS,
+        tie_word_embeddings=False,
+        **ids,
+    )
+
+
+def _mixtral_config(ids: dict[str, Any]) -> PreTrainedConfig:
+    from transformers import MixtralConfig
+
+    return MixtralConfig(
+        hidden_size=_HIDDEN,
+        intermediate_size=_INTERMEDIATE,
+        num_hidden_layers=_LAYERS,
+        num_attention_heads=_HEADS,
+        num_key_value_heads=2,
+        num_local_experts=_EXPERTS,
+        num_experts_per_tok=_EXPERTS_PER_TOKEN,
+        max_position_embeddings=_MAX_POSITIONS,
+        tie_word_embeddings=False,
+        **ids,
+    )
+
+
+def _t5_config(ids: dict[str, Any]) -> PreTrainedConfig:
+    from transformers import T5Config
+
+    # Not constructor parameters of T5Config, but read from the keyword arguments.
+    v1_1_style: dict[str, Any] = {
+        # T5 v1.1 / FLAN-T5: the decoder output is not rescaled before the head, which has its
+        # own weight (transformers 5 reads this as scale_decoder_outputs=False, see _untie_head).
+        "tie_word_embeddings": False,
+        "decoder_start_token_id": ids["pad_token_id"],
+    }
+    return T5Config(
+        d_model=_HIDDEN,
+        d_kv=_HIDDEN // _HEADS,
+        d_ff=_INTERMEDIATE,
+        num_layers=_LAYERS,
+        num_decoder_layers=_LAYERS,
+        num_heads=_HEADS,
+        feed_forward_proj="gated-gelu",
+        **v1_1_style,
+        **ids,
+    )
+
+
+def _bart_config(ids: dict[str, Any]) -> PreTrainedConfig:
+    from transformers import BartConfig
+
+    return BartConfig(
+        d_model=_HIDDEN,
+        encoder_layers=_LAYERS,
+        decoder_layers=_LAYERS,
+        encoder_attention_heads=_HEADS,
+        decoder_attention_heads=_HEADS,
+        encoder_ffn_dim=_INTERMEDIATE,
+        decoder_ffn_dim=_INTERMEDIATE,
+        max_position_embeddings=_MAX_POSITIONS,
+        # Untied, so that the head can be sharpened (see _share_bart_embeddings).
+        tie_word_embeddings=False,
+        decoder_start_token_id=ids["eos_token_id"],
+        # BART's default forces </s> as the last token allowed by max_length; without it greedy
+        # decoding is pure argmax, as for every other zoo decoder.
+        forced_eos_token_id=None,
+        **ids,
+    )
+
+
+def _llava_config(ids: dict[str, Any]) -> PreTrainedConfig:
+    from transformers import CLIPVisionConfig, LlavaConfig
+
+    ids = dict(ids)
+    image_token_id = ids.pop("image_token_id")
+    vision = CLIPVisionConfig(
+        hidden_size=_HIDDEN,
+        intermediate_size=_INTERMEDIATE,
+        num_hidden_layers=_LAYERS,
+        num_attention_heads=_HEADS,
+        image_size=_IMAGE_SIZE,
+        patch_size=_PATCH_SIZE,
+        projection_dim=_HIDDEN,
+    )
+    return LlavaConfig(
+        vision_config=vision,
+        text_config=_llama_config(ids),
+        image_token_index=image_token_id,
+        image_seq_length=_IMAGE_TOKENS,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=False,
+    )
+
+
+def _llava_processor(tokenizer: Any) -> Any:
+    """Return llava's ``LlavaProcessor``: a PIL-backed CLIP image processor and the tokenizer.
+
+    ``CLIPImageProcessorPil`` rather than ``CLIPImageProcessor``: in transformers 5 the latter is
+    the torchvision backend, and torchvision is not a dependency (the PyPI build does not import
+    beside a CPU torch wheel of another release). The saved ``image_processor_type`` names the
+    PIL class; ``AutoProcessor`` takes the backend from what is installed (torchvision if it
+    imports, else PIL), and the two give the same pixel values for 32x32 inputs (no resampling).
+    """
+    from transformers import CLIPImageProcessorPil, LlavaProcessor
+
+    processor_cls: Any = LlavaProcessor  # untyped
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": _IMAGE_SIZE},
+        crop_size={"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
+    )
+    return processor_cls(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=_PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's CLS token
+        chat_template=_LLAVA_TEMPLATE,
     )
 
 
@@ -666,6 +902,16 @@ def _distilbert_sst_config(ids: dict[str, Any]) -> PreTrainedConfig:
 #   (measured: a 0.4x gain lets context pick 35% of tokens and 12 of 48 prompts diverge in bf16).
 #   The model never emits a special token (generation always runs to max_new_tokens), and
 #   lm_head is untied (tie_word_embeddings=False) so from_pretrained reproduces it exactly.
+#   mixtral and llava (its Llama part) take the readout as it is (gap >= 9.3 and >= 16.0 over
+#   64 prompts). llama-2core's wider layers (an MLP of 4 x 256) outweigh its embeddings, and
+#   T5's layers are scaled to its unit-variance embeddings: at gain 1 the gaps were 0.008 and
+#   0.04 (8 and 10 of 12 prompts bf16 == fp32), so their embeddings get gains of 4 and 2
+#   (gap >= 14.9 and >= 4.5 over 64 prompts; bf16 == fp32 for 64/64, as for every decoder).
+# - encoder-decoders (t5, bart) get the same readout in the decoder, plus a successor for the
+#   decoder start token (from_start); their head is untied first (see _untie_head and
+#   _share_bart_embeddings); bart needs no gain (gap >= 8.2 over 64 prompts). The greedy tokens
+#   then depend on the start token only, not on the encoder input: the encoder shows in the
+#   logits (cross-attention), not in the tokens. Likewise llava's image.
 # - encoders: the MLM / QA / token-classification output weights are multiplied by a constant
 #   chosen so that logits have a standard deviation of about 6-8 on ordinary sentences (for
 #   bert-mlm the decoder is untied from the word embeddings first); these heads read each
@@ -680,10 +926,15 @@ _READOUT_SCALE = 6.0
 _ATTENTION_GAIN = 30.0
 
 
-def _successor_readout(embedding_gain: float = 1.0) -> Callable[[Any, set[int]], None]:
+def _successor_readout(
+    embedding_gain: float = 1.0, *, from_start: bool = False
+) -> Callable[[Any, set[int]], None]:
     """Return a sharpener making the LM head predict a fixed successor of the current token.
 
-    *embedding_gain* multiplies the input embeddings first (see the comment above).
+    *embedding_gain* multiplies the input embeddings first (see the comment above). With
+    *from_start* (encoder-decoders), the first decoding step reads the decoder start token, a
+    special token that is nobody's predecessor: the head row of one random regular token also
+    gets the start token's unit embedding, so that step has a clear winner too.
     """
 
     def sharpen(model: Any, special_ids: set[int]) -> None:
@@ -703,6 +954,48 @@ def _successor_readout(embedding_gain: float = 1.0) -> Callable[[Any, set[int]],
             rows = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-6)
             head.weight.zero_()
             head.weight[regular] = rows * _READOUT_SCALE
+            if from_start:
+                start = model.config.decoder_start_token_id
+                first = regular[torch.randint(len(regular), ())]
+                row = embeddings[start] / embeddings[start].norm().clamp_min(1e-6)
+                head.weight[first] += row * _READOUT_SCALE
+
+    return sharpen
+
+
+def _untie_head(model: Any, special_ids: set[int]) -> None:
+    """Give the LM head a weight of its own (T5: transformers 5 ties it whatever the config says).
+
+    A checkpoint that stores both ``shared.weight`` and a different ``lm_head.weight`` loads
+    untied, as FLAN-T5 checkpoints do (transformers logs that it will not tie them).
+    """
+    import torch
+
+    head = model.get_output_embeddings()
+    head.weight = torch.nn.Parameter(head.weight.detach().clone())
+
+
+def _share_bart_embeddings(model: Any, special_ids: set[int]) -> None:
+    """Copy BART's shared embedding into the encoder's and decoder's own copies.
+
+    With ``tie_word_embeddings=False`` (needed for an untied head) transformers 5 unties the
+    encoder and decoder embeddings from ``shared`` too; equal values keep BART's one
+    vocabulary embedding, and the checkpoint loads without any tying or warning.
+    """
+    import torch
+
+    shared = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for stack in (model.get_encoder(), model.get_decoder()):
+            stack.embed_tokens.weight.copy_(shared)
+
+
+def _chain(*steps: Callable[[Any, set[int]], None]) -> Callable[[Any, set[int]], None]:
+    """Return a sharpener running *steps* in order."""
+
+    def sharpen(model: Any, special_ids: set[int]) -> None:
+        for step in steps:
+            step(model, special_ids)
 
     return sharpen
 
@@ -767,6 +1060,29 @@ _SPECS: dict[str, _Spec] = {
         token_type_ids=True,
     ),
     "bert": _Spec("bert", 1009, _bert_config, _no_sharpening, token_type_ids=True),
+    "t5": _Spec(
+        "t5",
+        1010,
+        _t5_config,
+        _chain(_untie_head, _successor_readout(embedding_gain=2.0, from_start=True)),
+    ),
+    "bart": _Spec(
+        "roberta",
+        1011,
+        _bart_config,
+        _chain(_successor_readout(from_start=True), _share_bart_embeddings),
+    ),
+    "llava": _Spec(
+        "llava", 1012, _llava_config, _successor_readout(), make_processor=_llava_processor
+    ),
+    "mixtral": _Spec("llama", 1013, _mixtral_config, _successor_readout()),
+    "llama-2core": _Spec(
+        "llama",
+        1014,
+        _llama_2core_config,
+        _successor_readout(embedding_gain=4.0),
+        dtype="bfloat16",
+    ),
 }
 
 
@@ -781,6 +1097,8 @@ def _make_model(name: str, config: PreTrainedConfig, special_ids: set[int]) -> A
     model = cls(config)
     model.eval()
     spec.sharpen(model, special_ids)
+    if spec.dtype != "float32":
+        model.to(getattr(torch, spec.dtype))
     return model
 
 
