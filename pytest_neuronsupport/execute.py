@@ -1,24 +1,38 @@
 """Running one ``run.py`` isolated, and classifying what happened to it.
 
-Each model runs in a process of its own (its own session, so a hang is killed with everything
-it started). Whatever the process does (exits, crashes on a signal, hangs past the timeout),
-:func:`run_script` returns an :class:`Outcome` and :func:`classify` turns it into the verdict
-fields of a row: the script's own verdict when it wrote one, FAIL(other) with the reason when
-it did not.
+Each model runs in a process of its own, in a session of its own (so a hang is stopped with
+everything it started), and dies with the process that watches it (``PR_SET_PDEATHSIG``), so a
+killed worker leaves no run behind. Two ways to get that process:
+
+* :class:`ForkServerExecutor` (the default, ``--neuron-isolation fork``): runs are forked from a
+  ``multiprocessing`` fork server that has already imported torch and transformers, so a run
+  costs tens of milliseconds instead of a fresh interpreter's seconds of imports. The server
+  imports no device runtime (no ``torch_neuronx``, no CUDA initialisation): each run pins its
+  cores and starts its runtime itself, after the fork.
+* :class:`SubprocessExecutor` (``--neuron-isolation fresh``): ``python3 run.py`` in a fresh
+  interpreter, exactly as a user reruns it.
+
+Both watch the run: past the timeout, or past the memory limit (the resident memory of every
+process in its session), it is stopped. Whatever the process does, the executor returns an
+:class:`Outcome` and :func:`classify` turns it into the verdict fields of a row: the script's
+own verdict when it wrote one, FAIL(other) with the reason when it did not.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_neuronsupport.results import COLUMNS
 
@@ -26,6 +40,17 @@ PHASE_MARK = "[neuronsupport] phase:"
 TAIL_CHARS = 4000
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 GRACE_S = 5.0
+#: How often a run's time and memory are checked.
+POLL_S = 0.05
+#: What the fork server imports once, before any run. No device runtime may start here.
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.generation.utils",
+)
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -38,7 +63,9 @@ class Outcome:
     verdict: dict[str, Any] | None
     log_tail: str
     timeout_s: float | None = None
-    reason: str | None = None  # set by executors that stop a run for their own reasons
+    #: Set when the watcher stopped the run for another reason (memory).
+    reason: str | None = None
+    peak_rss_gb: float | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -54,6 +81,29 @@ class Outcome:
         """The last phase the run announced (load, gen, forward, reference)."""
         marks = [ln for ln in self.log_tail.splitlines() if ln.startswith(PHASE_MARK)]
         return marks[-1].removeprefix(PHASE_MARK).strip() if marks else None
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run: the script, where and how it runs, and its limits."""
+
+    script: Path
+    cwd: Path
+    env: Mapping[str, str]
+    verdict_path: Path
+    log_path: Path
+    timeout_s: float
+    max_memory_gb: float | None = None
+    #: CPU cores the run may use (its affinity and thread count), or None for no pinning.
+    cpus: Sequence[int] | None = None
+
+
+class Executor(Protocol):
+    def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
+        """Run ``request`` and wait for it; ``started(pid)`` is called once the run exists."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def tail(path: Path, chars: int = TAIL_CHARS) -> str:
@@ -75,19 +125,235 @@ def read_verdict(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the run's whole process group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+def session_rss_bytes(sid: int) -> int:
+    """Resident memory of every process in session ``sid`` (a run and all it started)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
             continue
-    proc.wait()
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[0] is the state (field 3 of proc(5)): session is field 6, rss field 24
+        if int(fields[3]) == sid:
+            total += int(fields[21]) * page
+    return total
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the process that started it dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def _signal_group(pid: int, sig: int) -> bool:
+    """Signal the run's session (its process group); False when nothing is left."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except ProcessLookupError:
+        try:
+            os.kill(pid, sig)  # not yet in its own session
+            return True
+        except ProcessLookupError:
+            return False
+
+
+def _watch(
+    request: RunRequest,
+    pid: int,
+    finished: Callable[[float], bool],
+    returncode: Callable[[], int | None],
+    started_at: float,
+) -> Outcome:
+    """Wait for a run, stopping it past its timeout or memory limit."""
+    timed_out = False
+    reason: str | None = None
+    peak = 0
+    limit = None if request.max_memory_gb is None else request.max_memory_gb * 1e9
+    try:
+        while not finished(POLL_S):
+            rss = session_rss_bytes(pid)
+            peak = max(peak, rss)
+            if limit is not None and rss > limit:
+                reason = (
+                    f"exceeded the memory limit of {request.max_memory_gb:g} GB "
+                    f"(resident {rss / 1e9:.2f} GB)"
+                )
+            elif time.monotonic() - started_at > request.timeout_s:
+                timed_out = True
+            else:
+                continue
+            _stop(pid, finished)
+            break
+    except BaseException:
+        _stop(pid, finished)
+        raise
+    finally:
+        _signal_group(pid, signal.SIGKILL)  # whatever the run left in its session goes too
+    return Outcome(
+        returncode=returncode(),
+        timed_out=timed_out,
+        wall_s=round(time.monotonic() - started_at, 3),
+        verdict=None if timed_out or reason else read_verdict(request.verdict_path),
+        log_tail=tail(request.log_path),
+        timeout_s=request.timeout_s,
+        reason=reason,
+        peak_rss_gb=round(peak / 1e9, 3) if peak else None,
+    )
+
+
+def _stop(pid: int, finished: Callable[[float], bool]) -> None:
+    """SIGTERM the run's session, then SIGKILL what is left after a grace period."""
+    if _signal_group(pid, signal.SIGTERM) and not finished(GRACE_S):
+        _signal_group(pid, signal.SIGKILL)
+    finished(GRACE_S)
+
+
+class SubprocessExecutor:
+    """``python3 run.py`` in a fresh interpreter."""
+
+    def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
+        request.verdict_path.unlink(missing_ok=True)
+        cpus = list(request.cpus) if request.cpus is not None else None
+
+        def prepare() -> None:  # in the child, between fork and exec
+            die_with_parent()
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+
+        t0 = time.monotonic()
+        with request.log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, str(request.script), "--result", str(request.verdict_path)],
+                cwd=request.cwd,
+                env=dict(request.env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=prepare,  # only async-signal-safe calls: prctl, affinity
+            )
+        if started:
+            started(proc.pid)
+
+        def finished(timeout: float) -> bool:
+            try:
+                proc.wait(timeout=timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+
+        return _watch(request, proc.pid, finished, lambda: proc.returncode, t0)
+
+    def close(self) -> None:
+        pass
+
+
+def _forked_run(
+    script: str, argv: list[str], env: dict[str, str], cwd: str, log: str, cpus: list[int] | None
+) -> None:
+    """The body of a forked run: become ``python3 run.py`` without paying for the imports."""
+    os.setsid()
+    die_with_parent()
+    # Semaphores the run creates are its own business: give it its own resource tracker (a
+    # process in its session, stopped with it), not the sweep's, which would report them.
+    import multiprocessing.resource_tracker as tracker
+
+    own = tracker.ResourceTracker()
+    tracker._resource_tracker = own
+    tracker.ensure_running, tracker.register = own.ensure_running, own.register
+    tracker.unregister, tracker.getfd = own.unregister, own.getfd
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    if cpus is not None:
+        import torch
+
+        os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(len(cpus))
+    import runpy
+    import traceback
+
+    sys.argv = [script, *argv]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class ForkServerExecutor:
+    """Runs forked from a warm fork server (torch and transformers already imported)."""
+
+    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+        self.context = multiprocessing.get_context("forkserver")
+        # A CUDA check through NVML does not initialise CUDA in the server (fork-safe).
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+        self.context.set_forkserver_preload(list(preload))
+
+    def start(self) -> None:
+        """Start the server now (it imports for a few seconds while the sweep collects)."""
+        multiprocessing.forkserver.ensure_running()
+
+    def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
+        request.verdict_path.unlink(missing_ok=True)
+        argv = ["--result", str(request.verdict_path)]
+        cpus = list(request.cpus) if request.cpus is not None else None
+        args = (
+            str(request.script),
+            argv,
+            dict(request.env),
+            str(request.cwd),
+            str(request.log_path),
+            cpus,
+        )
+        t0 = time.monotonic()
+        proc = self.context.Process(target=_forked_run, args=args, name="neuronsupport-run")
+        proc.start()
+        assert proc.pid is not None
+        if started:
+            started(proc.pid)
+
+        def finished(timeout: float) -> bool:
+            proc.join(timeout)
+            return proc.exitcode is not None
+
+        try:
+            return _watch(request, proc.pid, finished, lambda: proc.exitcode, t0)
+        finally:
+            if proc.exitcode is not None:
+                proc.close()
+
+    def close(self) -> None:
+        pass
+
+
+ISOLATIONS: dict[str, type[SubprocessExecutor] | type[ForkServerExecutor]] = {
+    "fork": ForkServerExecutor,
+    "fresh": SubprocessExecutor,
+}
 
 
 def run_script(
@@ -100,41 +366,11 @@ def run_script(
     log_path: Path,
 ) -> Outcome:
     """Run ``python3 script --result verdict_path`` in a fresh interpreter and wait for it."""
-    verdict_path.unlink(missing_ok=True)
-    started = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, str(script), "--result", str(verdict_path)],
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _stop(proc)
-        except BaseException:
-            _stop(proc)
-            raise
-        finally:
-            # Whatever the run left behind in its session (ranks, compiler workers) goes too.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    return Outcome(
-        returncode=proc.returncode,
-        timed_out=timed_out,
-        wall_s=round(time.monotonic() - started, 3),
-        verdict=None if timed_out else read_verdict(verdict_path),
-        log_tail=tail(log_path),
-        timeout_s=timeout_s,
-    )
+    request = RunRequest(script, cwd, env, verdict_path, log_path, timeout_s)
+    return SubprocessExecutor().run(request)
+
+
+# --- classification ---------------------------------------------------------------------------
 
 
 def _traceback_line(text: str) -> str | None:

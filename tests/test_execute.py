@@ -7,23 +7,63 @@ import os
 import textwrap
 import time
 from pathlib import Path
+from typing import Protocol
 
-from pytest_neuronsupport.execute import Outcome, classify, run_script
+import pytest
+
+from pytest_neuronsupport.execute import (
+    ISOLATIONS,
+    Executor,
+    ForkServerExecutor,
+    Outcome,
+    RunRequest,
+    classify,
+)
 
 PHASE = "[neuronsupport] phase:"
 
 
-def run(tmp_path: Path, body: str, timeout_s: float = 30.0) -> Outcome:
-    script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(body))
-    return run_script(
-        script,
-        cwd=tmp_path,
-        env=dict(os.environ),
-        timeout_s=timeout_s,
-        verdict_path=tmp_path / "verdict.json",
-        log_path=tmp_path / "output.log",
-    )
+@pytest.fixture(scope="module", params=sorted(ISOLATIONS))
+def executor(request: pytest.FixtureRequest) -> Executor:
+    """Every test runs under both isolations: forked from the warm server, and fresh."""
+    return ISOLATIONS[request.param]()
+
+
+class Runner(Protocol):
+    def __call__(
+        self,
+        body: str,
+        timeout_s: float = 30.0,
+        max_memory_gb: float | None = None,
+        cpus: list[int] | None = None,
+    ) -> Outcome: ...
+
+
+@pytest.fixture
+def run(executor: Executor, tmp_path: Path) -> Runner:
+    """Run a script's text (dedented) as run.py in tmp_path, with the executor under test."""
+
+    def run_body(
+        body: str,
+        timeout_s: float = 30.0,
+        max_memory_gb: float | None = None,
+        cpus: list[int] | None = None,
+    ) -> Outcome:
+        script = tmp_path / "run.py"
+        script.write_text(textwrap.dedent(body))
+        request = RunRequest(
+            script=script,
+            cwd=tmp_path,
+            env=dict(os.environ),
+            verdict_path=tmp_path / "verdict.json",
+            log_path=tmp_path / "output.log",
+            timeout_s=timeout_s,
+            max_memory_gb=max_memory_gb,
+            cpus=cpus,
+        )
+        return executor.run(request)
+
+    return run_body
 
 
 VERDICT = """
@@ -36,8 +76,10 @@ VERDICT = """
 """
 
 
-def test_a_verdict_becomes_row_fields_and_extra_numbers_go_to_check(tmp_path: Path) -> None:
-    outcome = run(tmp_path, VERDICT.format(phase=PHASE))
+def test_a_verdict_becomes_row_fields_and_extra_numbers_go_to_check(
+    run: Runner, tmp_path: Path
+) -> None:
+    outcome = run(VERDICT.format(phase=PHASE))
     assert outcome.returncode == 0 and outcome.phase == "load"
     fields = classify(outcome)
     assert fields["result"] == "FAIL(output)"
@@ -46,43 +88,45 @@ def test_a_verdict_becomes_row_fields_and_extra_numbers_go_to_check(tmp_path: Pa
     assert "tokens" not in fields
 
 
-def test_a_verdict_followed_by_a_crash_at_exit_stands(tmp_path: Path) -> None:
+def test_a_verdict_followed_by_a_crash_at_exit_stands(run: Runner, tmp_path: Path) -> None:
     body = VERDICT.format(phase=PHASE) + "\n    import os; os.abort()\n"
-    fields = classify(run(tmp_path, body))
+    fields = classify(run(body))
     assert fields["result"] == "FAIL(output)"
     assert json.loads(fields["check"])["exit_after_verdict"] == "killed by SIGABRT during load"
 
 
-def test_an_uncaught_exception_is_fail_other_with_its_last_line(tmp_path: Path) -> None:
+def test_an_uncaught_exception_is_fail_other_with_its_last_line(
+    run: Runner, tmp_path: Path
+) -> None:
     body = f"""
         print("{PHASE} gen", flush=True)
         raise ValueError("boom in the runner")
     """
-    fields = classify(run(tmp_path, body))
+    fields = classify(run(body))
     assert fields["result"] == "FAIL(other)"
     assert fields["notes"] == "exited with status 1 during gen: ValueError: boom in the runner"
     assert "Traceback (most recent call last)" in fields["error"]
 
 
-def test_a_segfault_is_fail_other_naming_the_signal_and_phase(tmp_path: Path) -> None:
+def test_a_segfault_is_fail_other_naming_the_signal_and_phase(run: Runner, tmp_path: Path) -> None:
     body = f"""
         import os, signal
         print("{PHASE} forward", flush=True)
         os.kill(os.getpid(), signal.SIGSEGV)
     """
-    fields = classify(run(tmp_path, body))
+    fields = classify(run(body))
     assert fields["notes"] == "killed by SIGSEGV during forward"
 
 
-def test_a_sigkill_is_reported_as_a_likely_out_of_memory(tmp_path: Path) -> None:
+def test_a_sigkill_is_reported_as_a_likely_out_of_memory(run: Runner, tmp_path: Path) -> None:
     body = """
         import os, signal
         os.kill(os.getpid(), signal.SIGKILL)
     """
-    assert classify(run(tmp_path, body))["notes"] == "killed by SIGKILL (out of memory?)"
+    assert classify(run(body))["notes"] == "killed by SIGKILL (out of memory?)"
 
 
-def test_a_hang_is_stopped_with_everything_it_started(tmp_path: Path) -> None:
+def test_a_hang_is_stopped_with_everything_it_started(run: Runner, tmp_path: Path) -> None:
     body = f"""
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -91,7 +135,7 @@ def test_a_hang_is_stopped_with_everything_it_started(tmp_path: Path) -> None:
         time.sleep(600)
     """
     started = time.monotonic()
-    outcome = run(tmp_path, body, timeout_s=2)
+    outcome = run(body, timeout_s=2)
     assert time.monotonic() - started < 20
     fields = classify(outcome)
     assert fields["result"] == "FAIL(other)"
@@ -104,8 +148,50 @@ def test_a_hang_is_stopped_with_everything_it_started(tmp_path: Path) -> None:
     assert not status.exists() or "zombie" in status.read_text()
 
 
-def test_a_stale_verdict_from_an_earlier_run_is_not_reused(tmp_path: Path) -> None:
+def test_a_stale_verdict_from_an_earlier_run_is_not_reused(run: Runner, tmp_path: Path) -> None:
     (tmp_path / "verdict.json").write_text(json.dumps({"result": "PASS"}))
-    fields = classify(run(tmp_path, "raise SystemExit(3)\n"))
+    fields = classify(run("raise SystemExit(3)\n"))
     assert fields["result"] == "FAIL(other)"
     assert fields["notes"] == "exited with status 3"
+
+
+def test_a_run_past_its_memory_limit_is_stopped(run: Runner, tmp_path: Path) -> None:
+    body = f"""
+        import time
+        print("{PHASE} load", flush=True)
+        hog = bytearray(1_500_000_000)
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(60)
+    """
+    outcome = run(body, max_memory_gb=0.8)
+    fields = classify(outcome)
+    assert fields["result"] == "FAIL(other)"
+    assert fields["notes"].startswith("exceeded the memory limit of 0.8 GB (resident ")
+    assert fields["notes"].endswith(" GB) during load")
+    assert outcome.wall_s < 30 and (outcome.peak_rss_gb or 0) > 0.8
+
+
+def test_a_run_is_pinned_to_its_cpus(run: Runner, tmp_path: Path) -> None:
+    first = sorted(os.sched_getaffinity(0))[:1]
+    body = """
+        import os, torch
+        print(sorted(os.sched_getaffinity(0)), torch.get_num_threads(), flush=True)
+    """
+    outcome = run(body, cpus=first)
+    assert outcome.returncode == 0, outcome.log_tail
+    assert outcome.log_tail.split() == [str(first), "1"]
+
+
+def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
+    run: Runner, executor: Executor
+) -> None:
+    """A run forked from the warm server pays no import of torch or transformers, and finds
+    no device runtime started (it pins its cores first)."""
+    if not isinstance(executor, ForkServerExecutor):
+        pytest.skip("the fork server's property")
+    body = """
+        import sys
+        print(*(name in sys.modules for name in ("torch", "transformers", "torch_neuronx")))
+    """
+    assert run(body).log_tail.split() == ["True", "True", "False"]
