@@ -69,12 +69,13 @@ class Device:
         raise NotImplementedError
 
     def core_capacity_gb(self) -> float:
-        """Memory one core provides to a model (the unit of core sizing)."""
+        """Memory one core provides to a model (the unit of core sizing); the option
+        ``--neuron-core-memory`` overrides it."""
         raise NotImplementedError
 
-    def capacity_gb(self, cores: int) -> float:
-        """What ``cores`` cores provide: the row's ``hbm_capacity_gb``."""
-        return round(self.core_capacity_gb() * cores, 3)
+    def cpus(self, cores: Sequence[int]) -> list[int] | None:
+        """CPU ids a run on ``cores`` is pinned to (its affinity), or None for no pinning."""
+        return None
 
     def run_env(self, cache_dir: Path) -> dict[str, str]:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
@@ -112,8 +113,7 @@ class NeuronDevice(Device):
         return {"NEURON_RT_VISIBLE_CORES": core_ranges(cores)}
 
     def core_capacity_gb(self) -> float:
-        # trn2: 96 GB of HBM per device, 4 logical cores at LNC=2
-        return float(os.environ.get("NEURONSUPPORT_CORE_MEMORY_GB", "24"))
+        return 24.0  # trn2: 96 GB of HBM per device, 4 logical cores at LNC=2
 
     def run_env(self, cache_dir: Path) -> dict[str, str]:
         env = super().run_env(cache_dir)
@@ -170,12 +170,14 @@ class CpuDevice(Device):
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
     def core_capacity_gb(self) -> float:
-        """The machine's memory shared evenly among its cores (override:
-        ``NEURONSUPPORT_CORE_MEMORY_GB``)."""
-        if "NEURONSUPPORT_CORE_MEMORY_GB" in os.environ:
-            return float(os.environ["NEURONSUPPORT_CORE_MEMORY_GB"])
+        """The machine's memory shared evenly among its cores."""
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-        return total / self.core_count()
+        return round(total / self.core_count(), 3)
+
+    def cpus(self, cores: Sequence[int]) -> list[int]:
+        """Lease indices → this process's allowed CPU ids (the lease's k-th core is the k-th)."""
+        allowed = sorted(os.sched_getaffinity(0))
+        return [allowed[c] for c in cores]
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (NeuronDevice(), CudaDevice(), CpuDevice())}

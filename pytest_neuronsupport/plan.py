@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,9 @@ class Plan:
     exclusion: Exclusion | None = None
     #: Set when the checkpoint cannot even be found: the run is FAIL(load) without a script.
     load_error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: Cores the run gets (see :mod:`cores`), and the bf16 weight bytes they were sized by.
+    cores: int = 1
+    weight_bytes: int | None = None
 
 
 def infer_runner(config: dict[str, Any] | None, task: str | None) -> str | None:

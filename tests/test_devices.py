@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -71,7 +72,12 @@ def test_neuron_compiler_and_stack_come_from_installed_metadata(
     assert stack["nki"] is None  # absent packages are null, not guessed
 
 
-def test_capacity_is_per_core_times_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NEURONSUPPORT_CORE_MEMORY_GB", "24")
-    assert NeuronDevice().capacity_gb(4) == 96.0
-    assert CpuDevice().capacity_gb(2) == 48.0
+def test_core_capacity_and_cpu_pinning() -> None:
+    assert NeuronDevice().core_capacity_gb() == 24.0  # trn2 at LNC=2
+    cpu = CpuDevice()
+    total = cpu.core_capacity_gb() * cpu.core_count()
+    assert 0.5 < total < 10_000  # the machine's memory, shared among its cores
+    allowed = sorted(os.sched_getaffinity(0))
+    assert cpu.cpus([0]) == allowed[:1]
+    assert cpu.cpus(list(range(len(allowed)))) == allowed
+    assert NeuronDevice().cpus([0, 1]) is None
