@@ -8,6 +8,7 @@ sibling modules) and are left out of the script.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -15,6 +16,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -165,6 +167,78 @@ def head_class(config: Any, default: Any) -> Any:
 def first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+# --- the CPU reference, cached ---------------------------------------------------------------
+
+#: A folder where CPU references are kept between runs (set by the plugin; unset, every run
+#: computes its reference afresh).
+REFERENCE_CACHE_ENV = "NEURONSUPPORT_REFERENCE_CACHE"
+REFERENCE_FORMAT = 1
+
+
+def _file_digest(path: Path) -> str:
+    """A file's content hash; a Hub cache entry (a link to a blob named by its hash) is free."""
+    target = path.resolve()
+    if path.is_symlink() and target.parent.name == "blobs":
+        return target.name
+    digest = hashlib.sha256()
+    with target.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checkpoint_fingerprint(params: dict[str, Any]) -> dict[str, str]:
+    """Hashes of every file of the checkpoint (a local folder, or the Hub's cached snapshot)."""
+    folder = Path(params["checkpoint"])
+    if not folder.is_dir():
+        from huggingface_hub import snapshot_download
+
+        folder = Path(
+            snapshot_download(
+                params["checkpoint"], revision=params.get("revision"), local_files_only=True
+            )
+        )
+    return {
+        str(p.relative_to(folder)): _file_digest(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    }
+
+
+def reference_key(params: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """Everything that changes a CPU reference: checkpoint files, runner, inputs, versions."""
+    material = {
+        "format": REFERENCE_FORMAT,
+        "checkpoint": checkpoint_fingerprint(params),
+        "runner": params["runner"],
+        "inputs": inputs,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def cached_reference(
+    params: dict[str, Any], inputs: dict[str, Any], compute: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], bool]:
+    """The CPU reference from the cache, else computed (and stored); and whether it was cached."""
+    folder = os.environ.get(REFERENCE_CACHE_ENV)
+    if not folder:
+        return compute(), False
+    path = Path(folder) / f"{reference_key(params, inputs)}.pt"
+    if path.exists():
+        try:
+            return torch.load(path, weights_only=True), True
+        except Exception:
+            path.unlink(missing_ok=True)  # a damaged entry is recomputed
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(value, tmp)
+    os.replace(tmp, path)
+    return value, False
 
 
 # --- the verdict ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import transformers
 from pytest_neuronsupport.compare import compare_tokens
 from pytest_neuronsupport.runners.common import (
     Stopwatch,
+    cached_reference,
     check_fields,
     compile_model,
     device_ops,
@@ -71,13 +72,11 @@ def greedy(
 
 def reference(
     params: dict[str, Any], inputs: dict[str, torch.Tensor], tokenizer: Any
-) -> tuple[list[int], torch.Tensor, dict[str, Any]]:
+) -> dict[str, Any]:
     """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed."""
     model = load_pretrained(transformers.AutoModelForCausalLM, params, "float32", "cpu")
     tokens, scores = greedy(model, inputs, tokenizer, "cpu")
     again, scores_again = greedy(model, inputs, tokenizer, "cpu")
-    model = None  # free the device copy before the CPU reference loads
-    gc.collect()
     same_shape = scores.shape == scores_again.shape
     info = {
         "reference_reproducible": tokens == again,
@@ -85,7 +84,7 @@ def reference(
             float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
         ),
     }
-    return tokens, scores, info
+    return {"tokens": tokens, "scores": scores, "info": info}
 
 
 def run(params: dict[str, Any]) -> dict[str, Any]:
@@ -114,11 +113,15 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
     model = None  # free the device copy before the CPU reference loads
     gc.collect()
     phase("reference")
+    key = {"input_ids": inputs["input_ids"].tolist(), "new_tokens": NEW_TOKENS}
     try:
-        ref_tokens, ref_scores, info = reference(params, inputs, tokenizer)
+        ref, verdict["reference_cached"] = cached_reference(
+            params, key, lambda: reference(params, inputs, tokenizer)
+        )
     except Exception as exc:
         verdict["check"] = {"rule": "tokens", "skipped": f"CPU run failed: {exc!r}"[:500]}
         return verdict
+    ref_tokens, ref_scores, info = ref["tokens"], ref["scores"], ref["info"]
     verdict.update(info)
     if not info["reference_reproducible"]:
         verdict["check"] = {"rule": "tokens", "skipped": "CPU reference not reproducible", **info}

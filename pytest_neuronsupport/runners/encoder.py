@@ -28,6 +28,7 @@ from pytest_neuronsupport.compare import (
 )
 from pytest_neuronsupport.runners.common import (
     Stopwatch,
+    cached_reference,
     check_fields,
     compile_model,
     device_ops,
@@ -133,22 +134,20 @@ def check(kind: str, fp32: Any, bf16: Any, device: Any, dtype: str) -> Check:
 
 def reference(
     cls: Any, params: dict[str, Any], kind: str, encoded: Any, tokenizer: Any
-) -> tuple[Any, Any, dict[str, Any]]:
+) -> dict[str, Any]:
     """CPU fp32 (twice, for reproducibility) and CPU bf16 outputs."""
     model = load_pretrained(cls, params, "float32", "cpu")
     fp32 = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
     again = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
-    model = None  # free the device copy before the CPU reference loads
+    del model
     gc.collect()
     model = load_pretrained(cls, params, "bfloat16", "cpu")
     bf16 = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
-    model = None  # free the device copy before the CPU reference loads
-    gc.collect()
     info = {
         "reference_reproducible": bool(torch.equal(fp32, again)),
         "reference_max_difference": float((fp32 - again).abs().max()) if fp32.numel() else 0.0,
     }
-    return fp32, bf16, info
+    return {"fp32": fp32, "bf16": bf16, "info": info}
 
 
 def run(params: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +182,19 @@ def run(params: dict[str, Any]) -> dict[str, Any]:
     model = out = None  # free the device copy before the CPU reference loads
     gc.collect()
     phase("reference")
+    key = {
+        "head": cls.__name__,
+        "kind": kind,
+        "encoded": {k: v.tolist() for k, v in sorted(encoded.items())},
+    }
     try:
-        fp32, bf16, info = reference(cls, params, kind, encoded, tokenizer)
+        ref, verdict["reference_cached"] = cached_reference(
+            params, key, lambda: reference(cls, params, kind, encoded, tokenizer)
+        )
     except Exception as exc:
         verdict["check"] = {"rule": kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
         return verdict
+    fp32, bf16, info = ref["fp32"], ref["bf16"], ref["info"]
     verdict.update(info)
     if not info["reference_reproducible"]:
         verdict["check"] = {"rule": kind, "skipped": "CPU reference not reproducible", **info}
