@@ -15,13 +15,16 @@ from pathlib import Path
 
 from pytest_neuronsupport.devices import Device
 
+#: Backends every torch release registers: accepted without importing torch (seconds).
+BUILTIN = frozenset({"inductor", "aot_eager", "eager", "cudagraphs"})
+
 
 def check_backend(name: str, device: Device, workdir: Path) -> str | None:
     """Why ``name`` cannot be used on ``device``, or None when it can."""
     if ":" in name:
         return _check_import_path(name, workdir)
-    if name == device.default_backend:
-        return None  # the device's own backend, registered by its runtime (torch_neuronx...)
+    if name == device.default_backend or name in BUILTIN:
+        return None  # the device's own backend is registered by its runtime (torch_neuronx)
     import torch._dynamo
 
     known = torch._dynamo.list_backends(exclude_tags=())

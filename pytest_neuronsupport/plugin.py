@@ -22,7 +22,39 @@ if TYPE_CHECKING:
 
 DEFAULT_RESULTS = "results"
 DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_MAX_CORES = 16
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+ISOLATIONS = ("fork", "fresh")
+
+#: The valued options: --neuron-<name> and the ini key neuron_<name>.
+OPTIONS: tuple[tuple[str, str | None, str, tuple[str, ...] | None], ...] = (
+    (
+        "device",
+        None,
+        "auto|neuron|cuda|cpu; auto: neuron if present, else cuda, else cpu",
+        devices.CHOICES,
+    ),
+    ("backend", "NAME", "torch.compile backend name, or package.module:callable", None),
+    ("dtype", None, "dtype of the device run; auto: bf16 on accelerators, fp32 on cpu", DTYPES),
+    ("results", "DIR", f"results folder (default {DEFAULT_RESULTS}/)", None),
+    ("timeout", "SECONDS", f"seconds one model may run (default {DEFAULT_TIMEOUT_S:g})", None),
+    ("cache", "DIR", "cache: tiny models, references, compile caches (~/.cache/...)", None),
+    ("limit", "N", "run at most N models, going down the lists in order", None),
+    ("max-memory", "GB", "resident memory one model's run may use before it is stopped", None),
+    (
+        "max-cores",
+        "N",
+        f"largest number of cores a model may get (default {DEFAULT_MAX_CORES})",
+        None,
+    ),
+    ("core-memory", "GB", "memory of one core for sizing models (default: the device's)", None),
+    (
+        "isolation",
+        None,
+        "fork: runs forked from a warm server (default); fresh: a new python",
+        ISOLATIONS,
+    ),
+)
 
 
 def default_cache() -> Path:
@@ -31,7 +63,7 @@ def default_cache() -> Path:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """One option group; each flag (but --neuron-sweep) has an ini key of the same name."""
+    """One option group; each valued flag has an ini key of the same name."""
     group = parser.getgroup("neuronsupport", "model support sweep (pytest-neuronsupport)")
     group.addoption(
         "--neuron-sweep",
@@ -47,21 +79,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="model list files (TOML); default: ini neuron_models, else the bundled tiny.toml",
     )
     parser.addini("neuron_models", "model list files (TOML), one per line", type="paths")
-    options = (
-        ("device", "auto|neuron|cuda|cpu; auto: neuron if present, else cuda, else cpu", None),
-        ("backend", "torch.compile backend name, or package.module:callable", None),
-        ("dtype", "dtype of the device run: auto (bf16 on accelerators, fp32 on cpu)", None),
-        ("results", f"results folder (default {DEFAULT_RESULTS}/)", "DIR"),
-        ("timeout", f"seconds one model may run (default {DEFAULT_TIMEOUT_S:g})", "SECONDS"),
-        ("cache", "cache folder: tiny models, compile caches (default ~/.cache/...)", "DIR"),
+    group.addoption(
+        "--neuron-rerun",
+        action="store_true",
+        default=False,
+        help="run models again even when their run.py is the one recorded for them",
     )
-    for name, text, metavar in options:
-        kwargs: dict[str, object] = {"default": None, "help": text}
-        if name == "device":
-            kwargs["choices"] = devices.CHOICES
-        if name == "dtype":
-            kwargs["choices"] = DTYPES
-        group.addoption(f"--neuron-{name}", metavar=metavar, **kwargs)
+    for name, metavar, text, choices in OPTIONS:
+        group.addoption(
+            f"--neuron-{name}", metavar=metavar, default=None, help=text, choices=choices
+        )
         parser.addini(f"neuron_{name}", text, default=None)
 
 
@@ -71,6 +98,22 @@ def _option(config: pytest.Config, name: str) -> str | None:
     if value is None:
         value = config.getini(f"neuron_{name}") or None
     return None if value is None else str(value)
+
+
+def _number(config: pytest.Config, name: str, kind: type[float] | type[int]) -> float | None:
+    """A positive number option, or None when unset."""
+    text = _option(config, name)
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise pytest.UsageError(
+            f"neuronsupport: --neuron-{name} {text!r} is not a number"
+        ) from None
+    if value <= 0:
+        raise pytest.UsageError(f"neuronsupport: --neuron-{name} must be positive, not {text}")
+    return value
 
 
 def _path(config: pytest.Config, name: str, default: Path) -> Path:
@@ -96,12 +139,21 @@ def settings_from(config: pytest.Config) -> Settings:
         else:
             ini_lists = [str(p) for p in config.getini("neuron_models")]
             lists = resolve_paths(ini_lists, config.rootpath) if ini_lists else default_lists()
-        timeout = float(_option(config, "timeout") or DEFAULT_TIMEOUT_S)
     except (ModelListError, ValueError) as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    if timeout <= 0:
-        raise pytest.UsageError("neuronsupport: --neuron-timeout must be positive")
     dtype = _option(config, "dtype") or "auto"
+    for name, choices in (
+        ("device", devices.CHOICES),
+        ("dtype", DTYPES),
+        ("isolation", ISOLATIONS),
+    ):
+        value = _option(config, name)
+        if value is not None and value not in choices:
+            raise pytest.UsageError(
+                f"neuronsupport: neuron_{name} = {value!r}: choose from {', '.join(choices)}"
+            )
+    limit = _number(config, "limit", int)
+    max_cores = _number(config, "max-cores", int)
     return Settings(
         lists=tuple(lists),
         device=device,
@@ -109,8 +161,14 @@ def settings_from(config: pytest.Config) -> Settings:
         dtype=device.default_dtype if dtype == "auto" else dtype,
         results=_path(config, "results", config.invocation_params.dir / DEFAULT_RESULTS),
         cache=_path(config, "cache", default_cache()),
-        timeout_s=timeout,
+        timeout_s=_number(config, "timeout", float) or DEFAULT_TIMEOUT_S,
         workdir=config.invocation_params.dir,
+        isolation=_option(config, "isolation") or "fork",
+        limit=None if limit is None else int(limit),
+        rerun=bool(config.getoption("--neuron-rerun")),
+        max_memory_gb=_number(config, "max-memory", float),
+        max_cores=int(max_cores or DEFAULT_MAX_CORES),
+        core_memory_gb=_number(config, "core-memory", float),
     )
 
 
@@ -122,7 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Imported only for a sweep: a plain test run pays nothing for the plugin.
     from pytest_neuronsupport.backends import check_backend
     from pytest_neuronsupport.items import SESSION_KEY
-    from pytest_neuronsupport.session import SweepSession, is_worker
+    from pytest_neuronsupport.session import SweepSession, XdistHooks, is_worker
 
     settings = settings_from(config)
     if not is_worker(config):
@@ -135,3 +193,5 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SweepSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "neuronsupport-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(session), "neuronsupport-xdist")

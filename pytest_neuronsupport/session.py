@@ -2,28 +2,41 @@
 
 ``plugin.py`` creates one :class:`SweepSession` in ``pytest_configure`` (only with
 ``--neuron-sweep``) and registers it as a plugin; its hook methods are thin too, and call the
-plain modules: :mod:`plan`, :mod:`script`, :mod:`execute`, :mod:`results`, :mod:`report`.
+plain modules: :mod:`plan`, :mod:`cores`, :mod:`script`, :mod:`execute`, :mod:`results`,
+:mod:`report`.
+
+Who does what under pytest-xdist: workers collect the same items in the same order, plan, run
+and classify models, and put each row on its test report; the controller alone journals rows
+and writes the dataset. Without xdist the one process does both.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import traceback
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
-from pytest_neuronsupport import execute, report, results, script
+from pytest_neuronsupport import cores, execute, report, results, script
+from pytest_neuronsupport.budget import Budget
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.items import ModelFailure, ModelItem, ModelListFile
-from pytest_neuronsupport.modellist import ModelSpec, check_unique, runner_column
-from pytest_neuronsupport.plan import Plan, plan
+from pytest_neuronsupport.modellist import ModelSpec, check_unique, parse, runner_column
+from pytest_neuronsupport.plan import Exclusion, Plan, plan
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
 ROW_ATTRIBUTE = "neuronsupport_row"
+#: Where runs keep their CPU references (the same name as in runners/common.py, which run.py
+#: reads; that module imports torch, so the name is not imported from it here).
+REFERENCE_CACHE_ENV = "NEURONSUPPORT_REFERENCE_CACHE"
+SWEEP_ID_KEY = "neuronsupport_sweep_id"
 
 
 @dataclass(frozen=True)
@@ -39,15 +52,32 @@ class Settings:
     timeout_s: float
     #: Where runs start (their working directory): the folder pytest was invoked from.
     workdir: Path
+    isolation: str = "fork"
+    limit: int | None = None
+    rerun: bool = False
+    max_memory_gb: float | None = None
+    max_cores: int = 16
+    #: Memory of one core for sizing; None: the device's own figure.
+    core_memory_gb: float | None = None
 
 
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def is_xdist_controller(config: pytest.Config) -> bool:
+    """The xdist controller runs no test: its workers do."""
+    return not is_worker(config) and getattr(config.option, "dist", "no") != "no"
+
+
 def run_dirname(model_id: str) -> str:
     """A model id as one folder name; ``--`` cannot occur in a Hub id, so this is unambiguous."""
     return re.sub(r"[^A-Za-z0-9._-]", "--", model_id)
+
+
+def skip_model(reason: str) -> NoReturn:
+    """Skip a model's test, reported at its entry in the list rather than at a line of ours."""
+    raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
 @dataclass
@@ -59,8 +89,16 @@ class SweepSession:
     journal: results.Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    _executor: execute.Executor | None = None
 
     # --- where things go -----------------------------------------------------------------
+
+    @cached_property
+    def sweep_id(self) -> str:
+        """The sweep's id, the same in the controller and every worker."""
+        workerinput = getattr(self.config, "workerinput", {})
+        return str(workerinput.get(SWEEP_ID_KEY) or uuid.uuid4().hex)
 
     @property
     def compiler(self) -> tuple[str, str]:
@@ -78,6 +116,27 @@ class SweepSession:
         pair = Path(self.pair_relpath).with_suffix("")
         return self.settings.results / "runs" / pair / run_dirname(model_id)
 
+    @cached_property
+    def budget(self) -> Budget:
+        return Budget(self.settings.limit, self.settings.results / ".sweeps", self.sweep_id)
+
+    @cached_property
+    def allocator(self) -> cores.CoreAllocator:
+        """Leases of this machine's cores of the device, shared by every sweep on it."""
+        device = self.settings.device
+        path = self.settings.cache / "leases" / f"{device.name}.json"
+        return cores.CoreAllocator(path, device.core_count())
+
+    @cached_property
+    def core_capacity_gb(self) -> float:
+        return self.settings.core_memory_gb or self.settings.device.core_capacity_gb()
+
+    @property
+    def executor(self) -> execute.Executor:
+        if self._executor is None:
+            self._executor = execute.ISOLATIONS[self.settings.isolation]()
+        return self._executor
+
     def claim(self, specs: list[ModelSpec]) -> None:
         """Record a list's models; a model already listed by another file is an error."""
         check_unique(specs, self.listed)
@@ -91,12 +150,15 @@ class SweepSession:
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Recover the rows of sweeps that were killed, then open this sweep's journal."""
+        """Controller: recover killed sweeps' rows, open the journal. Runner: warm the server."""
+        if not is_xdist_controller(self.config) and isinstance(
+            self.executor, execute.ForkServerExecutor
+        ):
+            self.executor.start()
         if is_worker(self.config):
             return
         self.settings.results.mkdir(parents=True, exist_ok=True)
-        recovered = results.merge_journals(self.settings.results)
-        self._note_merge(recovered)
+        self._note_merge(results.merge_journals(self.settings.results))
         self.journal = results.Journal(self.settings.results)
 
     @pytest.hookimpl(wrapper=True)
@@ -109,8 +171,12 @@ class SweepSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Journal each row the moment its test ends (controller only)."""
+        if is_worker(self.config):
+            return
         row = getattr(report, ROW_ATTRIBUTE, None)
-        if row is None or is_worker(self.config):
+        if row is None:
+            if report.skipped and "unchanged since" in str(report.longrepr):
+                self.unchanged += 1
             return
         self.rows.append(row)
         if self.journal is not None:
@@ -137,9 +203,12 @@ class SweepSession:
         tr.section(f"neuronsupport: {compiler}-{version} / {LIBRARY}-{self.library_version}")
         s = self.settings
         tr.write_line(f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}")
-        tr.write_line(report.counts_line(self.rows))
-        for line in report.failure_lines(self.rows):
-            tr.write_line(line)
+        line = report.counts_line(self.rows)
+        if self.unchanged:
+            line += f"; {self.unchanged} unchanged (not run again)"
+        tr.write_line(line)
+        for failure in report.failure_lines(self.rows):
+            tr.write_line(failure)
         dataset = results.pair_path(s.results, *self.compiler, LIBRARY, self.library_version)
         tr.write_line(f"dataset: {dataset}")
         for problem in self.problems:
@@ -147,13 +216,15 @@ class SweepSession:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Merge this sweep's journal into the parquet dataset."""
+        if self._executor is not None:
+            self._executor.close()
         if is_worker(self.config) or self.journal is None:
             return
         path = self.journal.path
         self.journal.close()
         self.journal = None
-        merged = results.merge_journals(self.settings.results, include=[path])
-        self._note_merge(merged)
+        self._note_merge(results.merge_journals(self.settings.results, include=[path]))
+        self.budget.remove()
 
     def _note_merge(self, merge: results.MergeReport) -> None:
         """Keep what a merge could not do for the terminal summary."""
@@ -183,12 +254,42 @@ class SweepSession:
             **self.stack,
         }
 
+    def crash_row(self, nodeid: str, why: str) -> dict[str, Any]:
+        """The row of a model whose xdist worker died while running it."""
+        model_id = nodeid.rsplit("::", 1)[-1]
+        specs = {s.id: s for path in self.settings.lists for s in parse(path)}
+        spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
+        row = self.base_row(spec, datetime.now(UTC))
+        row.update(result="FAIL(other)", notes=why, error=why)
+        return row
+
     def run_model(self, item: ModelItem) -> None:
-        """Plan, render, run and classify one model; leaves the row on the item."""
+        """Plan, render, run and classify one model; leaves the row on the item.
+
+        Whatever goes wrong in our own code still gives the model its row: FAIL(other), with
+        the traceback in ``error``.
+        """
+        if self.budget.exhausted():
+            skip_model(f"--neuron-limit {self.settings.limit} reached")
+        row = self.base_row(item.spec, datetime.now(UTC))
+        try:
+            self._run_model(item, row)
+        except (ModelFailure, pytest.skip.Exception, KeyboardInterrupt):
+            raise
+        except Exception:
+            error = traceback.format_exc()
+            last = error.strip().splitlines()[-1]
+            row.update(
+                result="FAIL(other)",
+                notes=f"pytest-neuronsupport could not run it: {last}",
+                error=error,
+            )
+            item.finish(row)
+            raise ModelFailure(report.failure_text(row, None)) from None
+
+    def _run_model(self, item: ModelItem, row: dict[str, Any]) -> None:
         spec = item.spec
-        started = datetime.now(UTC)
-        row = self.base_row(spec, started)
-        planned = plan(spec, self.settings.cache)
+        planned = self.size(plan(spec, self.settings.cache))
         if planned.exclusion is not None:
             row.update(
                 result="EXCLUDED",
@@ -196,20 +297,66 @@ class SweepSession:
                 notes=planned.exclusion.reason,
             )
             item.finish(row)
-            # reported at the model's entry in its list, not at this line
-            raise pytest.skip.Exception(
-                f"EXCLUDED ({planned.exclusion.category}): {planned.exclusion.reason}",
-                _use_item_location=True,
-            )
+            exclusion = planned.exclusion
+            skip_model(f"EXCLUDED ({exclusion.category}): {exclusion.reason}")
         if planned.load_error is not None or planned.runner is None:
+            if not self.budget.take():
+                skip_model(f"--neuron-limit {self.settings.limit} reached")
             row.update(result="FAIL(load)", error=planned.load_error, notes=planned.load_error)
             item.finish(row)
             raise ModelFailure(report.failure_text(row, None))
-        run_py = self.write_script(planned)
-        row.update(self.execute(planned, run_py))
+        params = self.params(planned)
+        text = script.render(params, self.stack)
+        self.skip_if_unchanged(spec.id, script.sha256(text))
+        if not self.budget.take():
+            skip_model(f"--neuron-limit {self.settings.limit} reached")
+        run_py = self.write_script(params, text)
+        row.update(self.execute(params, run_py, text))
         item.finish(row)
         if row["result"] != "PASS":
             raise ModelFailure(report.failure_text(row, str(run_py)))
+
+    def skip_if_unchanged(self, model_id: str, sha: str) -> None:
+        """Skip a model whose run.py is the one recorded for it in this pair."""
+        if self.settings.rerun:
+            return
+        recorded = results.find_row(self.settings.results, self.pair_relpath, model_id)
+        if recorded is not None and recorded.run_py_sha256 == sha:
+            when = recorded.tested_at.isoformat(timespec="seconds") if recorded.tested_at else "?"
+            skip_model(f"unchanged since {when} ({recorded.result}); --neuron-rerun runs it again")
+
+    def size(self, planned: Plan) -> Plan:
+        """How many cores the model gets: forced by its entry, else sized by its bf16 weights."""
+        if planned.exclusion is not None or planned.load_error is not None:
+            return planned
+        s = self.settings
+        needed = planned.spec.cores
+        weights = cores.weight_bytes(planned.checkpoint, planned.config)
+        if needed is None:
+            needed = 1 if weights is None else cores.cores_needed(weights, self.core_capacity_gb)
+        limit = min(s.max_cores, s.device.core_count())
+        if needed > limit:
+            size = f"{weights / 1e9:.2f} GB of bf16 weights, " if weights is not None else ""
+            why = (
+                f"needs {needed} cores ({size}{self.core_capacity_gb:g} GB a core); "
+                f"at most {limit} (--neuron-max-cores {s.max_cores}, the device has "
+                f"{s.device.core_count()})"
+            )
+            return Plan(
+                planned.spec,
+                planned.checkpoint,
+                planned.config,
+                planned.runner,
+                exclusion=Exclusion("too-large", why),
+            )
+        return Plan(
+            planned.spec,
+            planned.checkpoint,
+            planned.config,
+            planned.runner,
+            cores=needed,
+            weight_bytes=weights,
+        )
 
     def params(self, planned: Plan) -> script.RunParams:
         s = self.settings
@@ -222,47 +369,70 @@ class SweepSession:
             backend=s.backend,
             dtype=s.dtype,
             fullgraph=s.device.fullgraph,
-            cores=planned.spec.cores or 1,
+            cores=planned.cores,
             revision=planned.spec.revision,
             task=planned.spec.task,
         )
 
-    def write_script(self, planned: Plan) -> Path:
-        """Render the model's run.py into its run folder."""
-        params = self.params(planned)
+    def write_script(self, params: script.RunParams, text: str) -> Path:
+        """Write the model's run.py into its run folder."""
         run_dir = self.run_dir(params.model_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         run_py = run_dir / "run.py"
-        run_py.write_text(script.render(params, self.stack), encoding="utf-8")
+        run_py.write_text(text, encoding="utf-8")
         return run_py
 
-    def execute(self, planned: Plan, run_py: Path) -> dict[str, Any]:
-        """Run a rendered script isolated; the row fields of its outcome."""
-        params = self.params(planned)
-        text = run_py.read_text(encoding="utf-8")
-        run_dir = run_py.parent
-        outcome = execute.run_script(
-            run_py,
-            cwd=self.settings.workdir,
-            env=self.run_env(),
-            timeout_s=self.settings.timeout_s,
-            verdict_path=run_dir / "verdict.json",
-            log_path=run_dir / "output.log",
-        )
+    def execute(self, params: script.RunParams, run_py: Path, text: str) -> dict[str, Any]:
+        """Lease the cores, run the script isolated and pinned; the row fields of its outcome."""
+        device = self.settings.device
+        with self.allocator.lease(params.cores) as lease:
+            request = execute.RunRequest(
+                script=run_py,
+                cwd=self.settings.workdir,
+                env=self.run_env(lease.cores),
+                verdict_path=run_py.parent / "verdict.json",
+                log_path=run_py.parent / "output.log",
+                timeout_s=self.settings.timeout_s,
+                max_memory_gb=self.settings.max_memory_gb,
+                cpus=device.cpus(lease.cores),
+            )
+
+            def started(pid: int) -> None:
+                self.allocator.add_pid(lease, pid)  # the run holds the lease too
+
+            outcome = self.executor.run(request, started=started)
         fields = execute.classify(outcome)
         if fields.get("wall_s") is None:
             fields["wall_s"] = outcome.wall_s
         fields["runner"] = runner_column(fields.get("runner") or params.runner)
         fields["neuron_cores"] = params.cores
-        fields["hbm_capacity_gb"] = self.settings.device.capacity_gb(params.cores)
+        fields["hbm_capacity_gb"] = round(self.core_capacity_gb * params.cores, 6)
         fields["run_py"] = text
         fields["run_py_sha256"] = script.sha256(text)
         return fields
 
-    def run_env(self) -> dict[str, str]:
+    def run_env(self, leased: list[int]) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.settings.device.run_env(self.settings.cache))
+        env.update(self.settings.device.pin_env(leased))
+        env[REFERENCE_CACHE_ENV] = str(self.settings.cache / "references")
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         return env
+
+
+class XdistHooks:
+    """Hooks that exist only with pytest-xdist (registered only when it is installed)."""
+
+    def __init__(self, session: SweepSession) -> None:
+        self.session = session
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand the sweep's id to each worker (for the shared --neuron-limit count)."""
+        node.workerinput[SWEEP_ID_KEY] = self.session.sweep_id
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker died while running a model: that model's row is FAIL(other)."""
+        why = f"the xdist worker running it died ({report.longrepr})".replace("\n", " ")
+        setattr(report, ROW_ATTRIBUTE, self.session.crash_row(crashitem, why))

@@ -71,3 +71,45 @@ def hanging_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> 
             time.sleep(60)
 
     return run
+
+
+def _misbehave(how: str) -> None:
+    if how == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "abort":
+        os.abort()
+    elif how == "hang":
+        while True:
+            time.sleep(60)
+    elif how == "memory":
+        hog = bytearray(4 * 10**9)  # touched, so resident
+        for i in range(0, len(hog), 4096):
+            hog[i] = 1
+        time.sleep(60)
+    elif how == "kill-worker":
+        # the run's parent is the fork server, whose parent is the xdist worker
+        with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as f:
+            worker = int(f.read().rsplit(")", 1)[1].split()[1])
+        os.kill(worker, signal.SIGKILL)
+        time.sleep(60)
+
+
+def misbehaving_by_model_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
+    (``zoo:llama=segfault,zoo:gpt2=abort,...``: segfault, abort, hang, memory, kill-worker),
+    and runs the graph faithfully for every other model. One sweep can then meet every kind
+    of crash. The model is read from run.py's PARAMS (the script is ``__main__``)."""
+    import sys
+
+    plan = dict(
+        item.split("=", 1)
+        for item in os.environ.get("NEURONSUPPORT_TEST_MISBEHAVIOUR", "").split(",")
+        if item
+    )
+    how = plan.get(getattr(sys.modules["__main__"], "PARAMS", {}).get("model_id", ""))
+    if how:
+        print(f"test-only backend: about to {how}", flush=True)
+        _misbehave(how)
+    return gm.forward

@@ -13,6 +13,9 @@ import pytest
 import torch._dynamo  # noqa: F401
 import transformers  # noqa: F401
 
+# Likewise the plugin's own modules: a module dropped after an in-process run stays an attribute
+# of its package, and the fork server pickles run targets by name (a stale copy cannot be).
+import pytest_neuronsupport.session  # noqa: F401
 from pytest_neuronsupport import zoo
 from tests.sweeping import SweepRunner
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 from pytest_neuronsupport import __version__, zoo
 
-EXE = shutil.which("neuronsupport")
+#: The console script installed beside this interpreter (the venv need not be activated).
+EXE = Path(sys.executable).parent / "neuronsupport"
 
 
 def neuronsupport(*args: str) -> subprocess.CompletedProcess[str]:
-    if EXE is None:
-        pytest.skip("the neuronsupport console script is not installed")
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300)
+    assert EXE.exists(), "the package is installed with its console script"
+    return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=300)
 
 
 def test_version() -> None:

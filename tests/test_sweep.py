@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 
 from pytest_neuronsupport import zoo
+from pytest_neuronsupport.modellist import default_lists, parse
 from tests.sweeping import SweepRunner
 
-TINY = [f"zoo:{name}" for name in zoo.names()]
+TINY = [spec.id for spec in parse(default_lists()[0])]
 BACKENDS = "backends_for_tests"
 
 
@@ -62,10 +63,30 @@ def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> 
 
 def test_a_later_run_replaces_the_models_row(sweep: SweepRunner) -> None:
     first = sweep.run("zoo:llama", "zoo:bert")
-    again = sweep.run("zoo:llama")
+    again = sweep.run("zoo:llama", args=["--neuron-rerun"])
     again.result.assert_outcomes(passed=1)
     assert sorted(again.rows) == ["zoo:bert", "zoo:llama"]  # bert left the list, keeps its row
     assert again.row("zoo:llama")["tested_at"] > first.row("zoo:llama")["tested_at"]
+    # the second run found its CPU reference in the cache
+    assert json.loads(again.row("zoo:llama")["check"])["reference_cached"] is True
+    assert json.loads(first.row("zoo:bert")["check"])["reference_cached"] in (True, False)
+
+
+def test_a_model_whose_run_py_has_not_changed_is_not_run_again(sweep: SweepRunner) -> None:
+    first = sweep.run("zoo:llama", "zoo:bert")
+    again = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2")
+    again.result.assert_outcomes(passed=1, skipped=2)
+    again.result.stdout.fnmatch_lines(
+        [
+            "*1 PASS; 2 unchanged (not run again)*",
+            "SKIPPED *models.toml:1: unchanged since *(PASS); --neuron-rerun runs it again",
+        ]
+    )
+    assert again.row("zoo:llama") == first.row("zoo:llama")  # untouched
+    # another backend is another test: it runs
+    other = sweep.run("zoo:llama", backend="eager")
+    other.result.assert_outcomes(passed=1)
+    assert other.row("zoo:llama")["compiler"] == "eager"
 
 
 def test_k_selects_models_and_node_ids_are_model_ids(sweep: SweepRunner) -> None:
@@ -150,19 +171,6 @@ def test_a_run_that_crashes_is_fail_other_and_the_sweep_goes_on(sweep: SweepRunn
     assert done.row("zoo:distilbert-sst")["notes"] == "killed by SIGSEGV during forward"
 
 
-def test_a_run_that_hangs_is_stopped_at_the_timeout(sweep: SweepRunner) -> None:
-    done = sweep.run(
-        "zoo:llama",
-        backend=f"{BACKENDS}:hanging_backend_for_tests",
-        args=["--neuron-timeout", "25"],
-    )
-    done.result.assert_outcomes(failed=1)
-    row = done.row("zoo:llama")
-    assert row["result"] == "FAIL(other)"
-    assert row["notes"] == "timed out after 25 s during gen"
-    assert 25 <= row["wall_s"] < 60
-
-
 def test_quantized_and_remote_code_checkpoints_are_excluded(sweep: SweepRunner) -> None:
     source = zoo.ensure_built("llama", sweep.cache)
     entries = []
@@ -196,23 +204,25 @@ def test_run_py_alone_gives_the_same_verdict(sweep: SweepRunner, tmp_path: Path)
         for alias in node.names
     }
     assert not any(name.startswith("pytest_neuronsupport") for name in imported)
-    assert imported <= {
+    stdlib = {
         "__future__",
+        "collections.abc",
+        "dataclasses",
         "gc",
+        "hashlib",
         "importlib",
         "inspect",
         "json",
         "math",
         "os",
+        "pathlib",
         "resource",
         "sys",
         "time",
-        "torch",
-        "transformers",
-        "collections.abc",
-        "dataclasses",
         "typing",
     }
+    # torch, transformers and huggingface_hub (which transformers requires)
+    assert imported <= stdlib | {"torch", "transformers", "huggingface_hub"}
     (tmp_path / "run.py").write_text(row["run_py"])
     shutil.copy(sweep.pytester.path / "backends_for_tests.py", tmp_path)
     proc = subprocess.run(

@@ -1,0 +1,166 @@
+"""Sweeps that meet crashes, kills and limits: no recorded row is ever lost or doubled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pytest_neuronsupport import results
+from tests.sweeping import SweepRunner
+
+MISBEHAVING = "backends_for_tests:misbehaving_by_model_backend_for_tests"
+
+
+def test_every_kind_of_crash_is_fail_other_and_the_sweep_goes_on(
+    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "NEURONSUPPORT_TEST_MISBEHAVIOUR",
+        "zoo:llama=segfault,zoo:gpt2=abort,zoo:qwen3=hang,zoo:bert=memory",
+    )
+    models = ["zoo:llama", "zoo:gpt2", "zoo:qwen3", "zoo:bert", "zoo:bert-mlm"]
+    done = sweep.run(
+        *models,
+        backend=MISBEHAVING,
+        args=["--neuron-timeout", "15", "--neuron-max-memory", "2.5"],
+    )
+    done.result.assert_outcomes(failed=4, passed=1)
+    notes = {m: done.row(m)["notes"] for m in models}
+    assert notes["zoo:llama"] == "killed by SIGSEGV during gen"
+    assert notes["zoo:gpt2"] == "killed by SIGABRT during gen"
+    assert notes["zoo:qwen3"] == "timed out after 15 s during gen"
+    assert notes["zoo:bert"].startswith("exceeded the memory limit of 2.5 GB (resident ")
+    assert notes["zoo:bert"].endswith("during forward")
+    for model in models[:4]:
+        row = done.row(model)
+        assert row["result"] == "FAIL(other)"
+        assert "test-only backend: about to" in row["error"]  # the output's tail is kept
+    assert done.row("zoo:bert-mlm")["result"] == "PASS"
+
+
+def test_limit_runs_at_most_n_models_in_list_order(sweep: SweepRunner) -> None:
+    done = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2", args=["--neuron-limit", "2"])
+    done.result.assert_outcomes(passed=2, skipped=1)
+    assert sorted(done.rows) == ["zoo:bert", "zoo:llama"]
+    done.result.stdout.fnmatch_lines(["SKIPPED *models.toml:7: --neuron-limit 2 reached"])
+    # unchanged models do not count: the next sweep runs the one left
+    again = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2", args=["--neuron-limit", "2"])
+    again.result.assert_outcomes(passed=1, skipped=2)
+    assert sorted(again.rows) == ["zoo:bert", "zoo:gpt2", "zoo:llama"]
+
+
+def test_limit_holds_across_xdist_workers(sweep: SweepRunner) -> None:
+    models = ["zoo:llama", "zoo:bert", "zoo:gpt2", "zoo:bert-mlm"]
+    done = sweep.run(*models, args=["--neuron-limit", "2", "-n", "2"])
+    done.result.assert_outcomes(passed=2, skipped=2)
+    assert len(done.rows) == 2
+
+
+def test_a_model_is_sized_by_its_weights_and_excluded_above_the_cap(sweep: SweepRunner) -> None:
+    # zoo:llama holds 0.41 MB of bf16 weights: with 0.3 MB a core it needs 2 cores
+    done = sweep.run("zoo:llama", args=["--neuron-core-memory", "0.0003"])
+    done.result.assert_outcomes(passed=1)
+    row = done.row("zoo:llama")
+    assert row["neuron_cores"] == 2
+    assert row["hbm_capacity_gb"] == pytest.approx(0.0006)
+    capped = sweep.run(
+        "zoo:bert", args=["--neuron-core-memory", "0.0001", "--neuron-max-cores", "1"]
+    )
+    capped.result.assert_outcomes(skipped=1)
+    bert = capped.row("zoo:bert")
+    assert bert["result"] == "EXCLUDED" and bert["exclusion"] == "too-large"
+    assert "at most 1 (--neuron-max-cores 1" in bert["notes"]
+    assert bert["neuron_cores"] is None and bert["runner"] is None
+
+
+def journal_lines(results_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (results_dir / "journal").glob("*.jsonl"))
+
+
+def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
+    sweep: SweepRunner, tmp_path: Path
+) -> None:
+    models = ["zoo:llama", "zoo:bert", "zoo:gpt2", "zoo:bert-mlm", "zoo:distilbert-sst"]
+    path = sweep.write_list([{"id": m} for m in models])
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--neuron-sweep",
+        "--neuron-models",
+        str(path),
+        "--neuron-backend",
+        "aot_eager",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        command,
+        cwd=sweep.pytester.path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while journal_lines(sweep.results) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the controller, its fork server, its run
+    proc.wait()
+    recorded = [
+        json.loads(line)["row"]
+        for p in (sweep.results / "journal").glob("*.jsonl")
+        for line in p.read_text().splitlines()
+    ]
+    assert len(recorded) >= 2
+    assert not list((sweep.results / "data").glob("*/*.parquet"))  # killed before any merge
+
+    again = sweep.run(*models)
+    rows = again.rows
+    assert sorted(rows) == sorted(models)  # every model exactly once (read_rows checks)
+    for row in recorded:  # rows journaled before the kill are intact, and not run again
+        assert rows[row["model_id"]]["tested_at"].isoformat() == row["tested_at"]
+        assert rows[row["model_id"]]["run_py_sha256"] == row["run_py_sha256"]
+    again.result.assert_outcomes(passed=len(models) - len(recorded), skipped=len(recorded))
+    assert not list((sweep.results / "journal").glob("*.jsonl"))
+
+
+def test_a_killed_xdist_worker_costs_its_model_only(
+    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEURONSUPPORT_TEST_MISBEHAVIOUR", "zoo:gpt2=kill-worker")
+    models = ["zoo:llama", "zoo:gpt2", "zoo:bert", "zoo:bert-mlm"]
+    done = sweep.run(*models, backend=MISBEHAVING, args=["-n", "2"])
+    gpt2 = done.row("zoo:gpt2")
+    assert gpt2["result"] == "FAIL(other)"
+    assert "xdist worker running it died" in gpt2["notes"]
+    for model in ("zoo:llama", "zoo:bert", "zoo:bert-mlm"):
+        assert done.row(model)["result"] == "PASS"
+    table = results.read_dataset(sweep.results)
+    assert sorted(table.column("model_id").to_pylist()) == sorted(models)
+    assert pq.read_table(next((sweep.results / "data").glob("*/*.parquet"))).num_rows == 4
+
+
+def test_an_unreadable_dataset_file_is_reported_and_left_untouched(sweep: SweepRunner) -> None:
+    sweep.run("zoo:llama")
+    (parquet,) = (sweep.results / "data").glob("*/*.parquet")
+    parquet.write_bytes(b"PAR1 this file was damaged")
+    again = sweep.run("zoo:bert")
+    again.result.assert_outcomes(passed=1)
+    again.result.stdout.fnmatch_lines([f"problem: {parquet} is unreadable and was left untouched*"])
+    assert parquet.read_bytes() == b"PAR1 this file was damaged"
+    assert list((sweep.results / "journal").glob("*.jsonl"))  # bert's row waits there
+    parquet.unlink()
+    recovered = sweep.run("zoo:gpt2")
+    # bert's row, kept in the journal, lands once the damaged file is out of the way
+    assert sorted(recovered.rows) == ["zoo:bert", "zoo:gpt2"]
