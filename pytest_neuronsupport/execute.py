@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import json
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -42,13 +41,23 @@ TAIL_CHARS = 4000
 GRACE_S = 5.0
 #: How often a run's time and memory are checked.
 POLL_S = 0.05
-#: What the fork server imports once, before any run. No device runtime may start here.
+#: What the fork server imports once, before any run: torch, transformers, and what every
+#: compile and load imports on first use (about 0.6 s a run otherwise). No device runtime
+#: starts here (importing torch starts no CUDA context; torch_neuronx is not imported), and no
+#: thread: the server must stay safe to fork. ``__main__`` (pytest's entry script) is imported
+#: once here rather than in every run.
 PRELOAD = (
+    "__main__",
     "torch",
     "torch._dynamo",
+    "torch._functorch.aot_autograd",
+    "torch._inductor.compile_fx",
     "transformers",
     "transformers.modeling_utils",
     "transformers.generation.utils",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.processing_utils",
 )
 _PR_SET_PDEATHSIG = 1
 
@@ -102,8 +111,6 @@ class Executor(Protocol):
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
         """Run ``request`` and wait for it; ``started(pid)`` is called once the run exists."""
         ...
-
-    def close(self) -> None: ...
 
 
 def tail(path: Path, chars: int = TAIL_CHARS) -> str:
@@ -252,9 +259,6 @@ class SubprocessExecutor:
 
         return _watch(request, proc.pid, finished, lambda: proc.returncode, t0)
 
-    def close(self) -> None:
-        pass
-
 
 def _forked_run(
     script: str, argv: list[str], env: dict[str, str], cwd: str, log: str, cpus: list[int] | None
@@ -313,10 +317,6 @@ class ForkServerExecutor:
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         self.context.set_forkserver_preload(list(preload))
 
-    def start(self) -> None:
-        """Start the server now (it imports for a few seconds while the sweep collects)."""
-        multiprocessing.forkserver.ensure_running()
-
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
         request.verdict_path.unlink(missing_ok=True)
         argv = ["--result", str(request.verdict_path)]
@@ -345,9 +345,6 @@ class ForkServerExecutor:
         finally:
             if proc.exitcode is not None:
                 proc.close()
-
-    def close(self) -> None:
-        pass
 
 
 ISOLATIONS: dict[str, type[SubprocessExecutor] | type[ForkServerExecutor]] = {

@@ -80,7 +80,7 @@ def skip_model(reason: str) -> NoReturn:
     raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin must stay hashable
 class SweepSession:
     config: pytest.Config
     settings: Settings
@@ -150,11 +150,11 @@ class SweepSession:
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Controller: recover killed sweeps' rows, open the journal. Runner: warm the server."""
-        if not is_xdist_controller(self.config) and isinstance(
-            self.executor, execute.ForkServerExecutor
-        ):
-            self.executor.start()
+        """Recover the rows of killed sweeps, and open this sweep's journal (controller only).
+
+        The fork server starts with the first model that runs: a sweep that runs nothing
+        (collection only, or every model unchanged) never pays for its imports.
+        """
         if is_worker(self.config):
             return
         self.settings.results.mkdir(parents=True, exist_ok=True)
@@ -216,8 +216,6 @@ class SweepSession:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Merge this sweep's journal into the parquet dataset."""
-        if self._executor is not None:
-            self._executor.close()
         if is_worker(self.config) or self.journal is None:
             return
         path = self.journal.path
