@@ -19,8 +19,17 @@ from dataclasses import asdict, dataclass
 from importlib.resources import files
 from typing import Any
 
-#: Modules pasted, in this order, before the runner's own module.
+#: Modules pasted, in this order, before the runner's own modules.
 COMMON_MODULES = ("compare.py", "runners/common.py")
+_GENERATING = ("runners/judge.py", "runners/generation.py")
+#: Each runner's modules, after the common ones.
+RUNNER_MODULES: dict[str, tuple[str, ...]] = {
+    "dense": (*_GENERATING, "runners/dense.py"),
+    "dense_ep": (*_GENERATING, "runners/dense.py", "runners/dense_ep.py"),
+    "seq2seq": (*_GENERATING, "runners/seq2seq.py"),
+    "multimodal": (*_GENERATING, "runners/multimodal.py"),
+    "encoder": ("runners/encoder.py",),
+}
 DROP_BEGIN = "# script: drop-begin"
 DROP_END = "# script: drop-end"
 FUTURE = "from __future__ import annotations"
@@ -40,6 +49,10 @@ class RunParams:
     cores: int = 1
     revision: str | None = None
     task: str | None = None
+    #: Generating runners: prefill in chunks of this many tokens (None: one pass).
+    prefill_chunk: int | None = None
+    #: Generating runners: the English judge's checkpoint (None: no judge).
+    judge: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +116,7 @@ def render(params: RunParams, stack: dict[str, str | None]) -> str:
         f"{FUTURE}\n",
         "PARAMS = " + pprint.pformat(params.to_dict(), sort_dicts=True, width=88) + "\n",
     ]
-    for relpath in (*COMMON_MODULES, f"runners/{params.runner}.py"):
+    for relpath in (*COMMON_MODULES, *RUNNER_MODULES[params.runner]):
         parts.append(f"# ---- pytest_neuronsupport/{relpath} " + "-" * 40 + "\n")
         parts.append(standalone_source(relpath))
     parts.append('\nif __name__ == "__main__":\n    raise SystemExit(main(PARAMS, run))\n')

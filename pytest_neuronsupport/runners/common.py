@@ -40,19 +40,42 @@ class RunFailure(Exception):
 
 
 def phase(name: str) -> None:
-    print(f"{PHASE_MARK} {name}", flush=True)
+    """Announce a phase (rank 0 only, on several cores)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{PHASE_MARK} {name}", flush=True)
 
 
 # --- the device interface, run side ------------------------------------------------------
 
 
 class CpuOps:
-    """The CPU as a device: peak memory is the process's peak resident set."""
+    """The CPU as a device: peak memory is the process's peak resident set; a rank of a
+    several-core run is pinned to its share of the run's CPUs."""
 
     name = "cpu"
+    #: torch.distributed backend of the ranks of a several-core run.
+    dist_backend = "gloo"
 
     def setup(self) -> None:
         pass
+
+    def rank_env(self, rank: int, world: int) -> dict[str, str]:
+        """Environment of rank ``rank`` before it starts (its runtime reads it at start)."""
+        return {}
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        if world == 1:
+            return
+        allowed = sorted(os.sched_getaffinity(0))
+        share = max(1, len(allowed) // world)
+        mine = allowed[rank * share : (rank + 1) * share] or allowed
+        os.sched_setaffinity(0, mine)
+        torch.set_num_threads(len(mine))
+        init_process_group(self.dist_backend)
+
+    def rank_device(self, rank: int, world: int) -> str:
+        """Where a rank's inputs go."""
+        return self.name
 
     def synchronize(self) -> None:
         pass
@@ -67,8 +90,18 @@ class CpuOps:
 class CudaOps(CpuOps):
     name = "cuda"
 
+    dist_backend = "nccl"
+
     def setup(self) -> None:
         torch.cuda.init()  # type: ignore[no-untyped-call]
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        if world > 1:
+            torch.cuda.set_device(rank)
+            init_process_group(self.dist_backend)
+
+    def rank_device(self, rank: int, world: int) -> str:
+        return f"cuda:{rank}" if world > 1 else "cuda"
 
     def synchronize(self) -> None:
         torch.cuda.synchronize()
@@ -84,9 +117,19 @@ class NeuronOps(CpuOps):
     """TorchNeuron: importing torch_neuronx registers the ``neuron`` device and backend."""
 
     name = "neuron"
+    dist_backend = "neuron"
 
     def setup(self) -> None:
         importlib.import_module("torch_neuronx")
+
+    def rank_env(self, rank: int, world: int) -> dict[str, str]:
+        """One logical core a rank: the rank-th of the run's ``NEURON_RT_VISIBLE_CORES``."""
+        cores = expand_ranges(os.environ.get("NEURON_RT_VISIBLE_CORES", ""))
+        return {"NEURON_RT_VISIBLE_CORES": str(cores[rank])} if len(cores) >= world else {}
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        if world > 1:
+            init_process_group(self.dist_backend)
 
     def synchronize(self) -> None:
         torch.neuron.synchronize()  # type: ignore[attr-defined]
@@ -105,6 +148,129 @@ def device_ops(name: str) -> CpuOps:
     ops = DEVICE_OPS[name]()
     ops.setup()
     return ops
+
+
+def expand_ranges(text: str) -> list[int]:
+    """``"0-3"`` → ``[0, 1, 2, 3]``; ``"1,3"`` → ``[1, 3]``."""
+    cores: list[int] = []
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        cores.extend(range(int(first), int(last or first) + 1))
+    return cores
+
+
+def init_process_group(backend: str) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+
+
+# --- several cores: one rank per core -------------------------------------------------------
+
+#: How long the other ranks may take to finish once one rank has failed.
+RANK_GRACE_S = 5.0
+#: Where a rank other than 0 writes the phase it failed (for the launcher to report).
+RANK_VERDICT_ENV = "NEURONSUPPORT_RANK_VERDICT"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no orphan ranks)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def describe_exit(returncode: int) -> str:
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def launch_ranks(params: dict[str, Any], argv: list[str]) -> int:
+    """Run this script once per core as ``torch.distributed`` ranks, and wait for them.
+
+    Rank 0 writes the verdict. If another rank fails first (a crash, an error), the others get
+    a few seconds, then are killed, and the verdict is FAIL(other) naming the rank.
+    """
+    import subprocess
+
+    world = int(params["cores"])
+    ops = DEVICE_OPS[params["device"]]()
+    script = os.path.abspath(sys.argv[0])
+    base = {k: v for k, v in os.environ.items() if k != "NEURONSUPPORT_RESULT"}
+    path = result_path(argv)
+    rank_verdicts = [f"{path or script}.rank{rank}.json" for rank in range(world)]
+    base.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    ranks = []
+    for rank in range(world):
+        env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank), **ops.rank_env(rank, world)}
+        env[RANK_VERDICT_ENV] = rank_verdicts[rank]
+        args = [sys.executable, script, *(argv if rank == 0 else [])]
+        ranks.append(subprocess.Popen(args, env=env, preexec_fn=die_with_parent))
+    first_failure: tuple[int, int] | None = None
+    deadline = None
+    while any(p.poll() is None for p in ranks):
+        for rank, proc in enumerate(ranks):
+            if first_failure is None and proc.returncode not in (None, 0):
+                first_failure = (rank, proc.returncode)
+                deadline = time.monotonic() + RANK_GRACE_S
+        if deadline is not None and time.monotonic() > deadline:
+            for proc in ranks:
+                if proc.poll() is None:
+                    proc.kill()
+        time.sleep(0.05)
+    for proc in ranks:
+        proc.wait()
+    if first_failure is None:
+        first_failure = next(
+            ((r, p.returncode) for r, p in enumerate(ranks) if p.returncode != 0), None
+        )
+    if first_failure is not None and (
+        first_failure[0] != 0 or not path or not os.path.exists(path)
+    ):
+        rank, code = first_failure
+        verdict = {
+            "result": "FAIL(other)",
+            "error": f"rank {rank} of {world} {describe_exit(code)}",
+        }
+        try:  # a rank that failed a phase (load, gen) said which
+            with open(rank_verdicts[rank], encoding="utf-8") as f:
+                said = json.load(f)
+            verdict = {
+                "result": said["result"],
+                "error": f"rank {rank} of {world}: {said['error']}",
+            }
+        except (OSError, ValueError, KeyError):
+            pass
+        verdict.update(notes=first_line(verdict["error"]), runner=params["runner"])
+        write_verdict(verdict, path)
+    for name in rank_verdicts:
+        if os.path.exists(name):
+            os.unlink(name)
+    return 0
 
 
 # --- loading and compiling ----------------------------------------------------------------
@@ -275,21 +441,33 @@ def result_path(argv: list[str]) -> str | None:
     return os.environ.get("NEURONSUPPORT_RESULT")
 
 
-def main(params: dict[str, Any], run: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+def main(params: dict[str, Any], run: Callable[[dict[str, Any]], dict[str, Any] | None]) -> int:
     """Run one model and write its verdict (``--result PATH``); exit 0 whenever it was classified.
 
-    An exception that escapes the runner is a crash: the process exits non-zero and the caller
-    classifies it FAIL(other) from the exit status and the output's tail.
+    On several cores this process launches the ranks (:func:`launch_ranks`), each of which
+    comes back here with ``RANK`` set; rank 0 writes the verdict. An exception that escapes
+    the runner is a crash: the process exits non-zero and the caller classifies it FAIL(other)
+    from the exit status and the output's tail.
     """
+    argv = sys.argv[1:]
+    if int(params.get("cores", 1)) > 1 and "RANK" not in os.environ:
+        return launch_ranks(params, argv)
     transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     torch.manual_seed(0)
+    rank = os.environ.get("RANK", "0")
     try:
         verdict = run(params)
     except RunFailure as failure:
+        if rank != "0":  # a rank's failure is its launcher's to report
+            with open(os.environ[RANK_VERDICT_ENV], "w", encoding="utf-8") as f:
+                json.dump({"result": failure.result, "error": failure.error}, f)
+            return 3
         verdict = {"result": failure.result, "error": failure.error}
+    if verdict is None:  # a rank other than 0: rank 0 reports
+        return 0
     verdict.setdefault("notes", first_line(verdict.get("error") or ""))
     verdict.setdefault("runner", params["runner"])
-    write_verdict(verdict, result_path(sys.argv[1:]))
+    write_verdict(verdict, result_path(argv))
     print(f"RESULT: {verdict['result']}  {verdict.get('cpu_match') or ''}", flush=True)
     return 0
 

@@ -1,0 +1,74 @@
+"""The English judge: a small instruct model says whether a generated text is fluent English.
+
+Used when the CPU comparison does not run (several cores, or the CPU run cannot complete). The
+judge (``--neuron-judge``: a Hub id, a local checkpoint or a ``zoo:`` model) runs on the CPU in
+fp32, eagerly. Its prompt is :data:`JUDGE_PROMPT`, sent as a user message through its chat
+template when it has one (else as plain text followed by ``"\\nAnswer:"``), and its decision is
+:data:`JUDGE_RULE`: one forward pass, no sampling, no parsing of free text.
+
+Standalone: pasted into ``run.py`` after ``runners/common.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transformers
+
+JUDGE_PROMPT = (
+    "Is the following text fluent English? Answer with one word, Yes or No.\n\nText: {text}"
+)
+JUDGE_RULE = (
+    "english is Y when the judge's next-token logit for 'Yes' is above its logit for 'No' "
+    "(each the best over the first tokens of 'Yes', ' Yes', 'yes' / 'No', ' No', 'no' that "
+    "the other answer does not share), else N"
+)
+YES = ("Yes", " Yes", "yes")
+NO = ("No", " No", "no")
+
+
+def first_tokens(tokenizer: Any, words: tuple[str, ...]) -> list[int]:
+    ids = [tokenizer.encode(w, add_special_tokens=False) for w in words]
+    return sorted({i[0] for i in ids if i})
+
+
+def judge_prompt(tokenizer: Any, text: str) -> dict[str, torch.Tensor]:
+    question = JUDGE_PROMPT.format(text=text)
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}],
+            add_generation_prompt=True,
+            return_dict=True,
+            return_tensors="pt",
+        )
+    else:
+        encoded = tokenizer(question + "\nAnswer:", return_tensors="pt")
+    return {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
+
+
+def judge_english(checkpoint: str, text: str) -> dict[str, Any]:
+    """The judge's verdict on ``text``, with everything that decided it."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=False)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, trust_remote_code=False
+    ).eval()  # type: ignore[no-untyped-call]
+    yes_all, no_all = first_tokens(tokenizer, YES), first_tokens(tokenizer, NO)
+    yes = [t for t in yes_all if t not in no_all]
+    no = [t for t in no_all if t not in yes_all]
+    if not yes or not no:
+        raise ValueError(f"the judge's tokenizer cannot tell 'Yes' {yes_all} from 'No' {no_all}")
+    with torch.inference_mode():
+        logits = model(**judge_prompt(tokenizer, text)).logits[0, -1].float()
+    yes_logit = float(logits[yes].max())
+    no_logit = float(logits[no].max())
+    return {
+        "model": checkpoint,
+        "prompt": JUDGE_PROMPT,
+        "rule": JUDGE_RULE,
+        "yes_tokens": yes,
+        "no_tokens": no,
+        "yes_logit": yes_logit,
+        "no_logit": no_logit,
+        "english": "Y" if yes_logit > no_logit else "N",
+    }
