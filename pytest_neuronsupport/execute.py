@@ -413,6 +413,8 @@ def classify(outcome: Outcome) -> dict[str, Any]:
     """
     if outcome.verdict is not None and not outcome.timed_out and not outcome.reason:
         fields = verdict_fields(outcome.verdict)
+        if fields.get("result") == "FAIL(other)" and outcome.log_tail:  # e.g. a rank died
+            fields["error"] = f"{fields.get('error')}\n--- output tail ---\n{outcome.log_tail}"
         if outcome.returncode != 0:
             details = json.loads(fields["check"] or "{}")
             details["exit_after_verdict"] = _reason(outcome)

@@ -32,7 +32,11 @@ from pytest_neuronsupport import zoo
 
 #: Runner names accepted in lists. The row's ``runner`` column uses the dataset card's
 #: spelling, ``run_<name>`` (:func:`runner_column`); lists accept both spellings.
-RUNNERS: tuple[str, ...] = ("dense", "encoder")
+RUNNERS: tuple[str, ...] = ("dense", "dense_ep", "seq2seq", "multimodal", "encoder")
+#: Runners that shard a model over several cores (one rank per core); the others use one.
+SEVERAL_CORES_RUNNERS = frozenset({"dense", "dense_ep"})
+#: Runners that generate tokens (prefill chunking and the English judge apply to them).
+GENERATING_RUNNERS = frozenset({"dense", "dense_ep", "seq2seq", "multimodal"})
 
 ZOO_PREFIX = "zoo:"
 PACKAGE_PREFIX = "package:"

@@ -66,17 +66,49 @@ class Plan:
     weight_bytes: int | None = None
 
 
+#: Config keys that count a mixture-of-experts model's experts.
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+
+
+def is_mixture_of_experts(config: dict[str, Any]) -> bool:
+    return any(isinstance(config.get(k), int) and config[k] > 1 for k in _EXPERT_KEYS)
+
+
+def has_tensor_parallel_plan(config: dict[str, Any]) -> bool:
+    """Whether transformers has a tensor-parallel plan for this model type (imports
+    transformers' config classes, so only asked of mixture-of-experts models)."""
+    if config.get("base_model_tp_plan"):
+        return True
+    from transformers import CONFIG_MAPPING
+
+    try:
+        cls = CONFIG_MAPPING[str(config.get("model_type"))]
+    except KeyError:
+        return False
+    return bool(getattr(cls, "base_model_tp_plan", None))
+
+
 def infer_runner(config: dict[str, Any] | None, task: str | None) -> str | None:
-    """The runner for a checkpoint, from its config's ``architectures`` (else its task)."""
-    for arch in (config or {}).get("architectures") or []:
+    """The runner for a checkpoint, from its config's ``architectures`` (else its task).
+
+    A mixture-of-experts decoder without a tensor-parallel plan runs expert-parallel.
+    """
+    config = config or {}
+    for arch in config.get("architectures") or []:
         if not isinstance(arch, str):
             continue
         if arch.endswith("ForConditionalGeneration"):
-            if (config or {}).get("is_encoder_decoder"):
+            if config.get("is_encoder_decoder"):
                 return "seq2seq"
-            return "multimodal" if "vision_config" in (config or {}) else "dense"
+            return "multimodal" if "vision_config" in config else "dense"
         for suffix, runner in _ARCHITECTURE_RUNNERS:
             if arch.endswith(suffix):
+                if (
+                    runner == "dense"
+                    and is_mixture_of_experts(config)
+                    and not has_tensor_parallel_plan(config)
+                ):
+                    return "dense_ep"
                 return runner
     return _TASK_RUNNERS.get(task or "")
 
@@ -120,18 +152,21 @@ def read_config(checkpoint: str, revision: str | None, local: bool) -> dict[str,
     return data
 
 
+def resolve_checkpoint(model_id: str, path: str | None, cache_dir: Path) -> tuple[str, bool]:
+    """Where a model's files are: (a local folder, True) or (its Hub id, False)."""
+    if model_id.startswith(ZOO_PREFIX):
+        return str(zoo.ensure_built(model_id.removeprefix(ZOO_PREFIX), cache_dir)), True
+    if path and path.startswith(PACKAGE_PREFIX):
+        return str(package_dir(path)), True
+    if path:
+        return path, True
+    return model_id, False
+
+
 def plan(spec: ModelSpec, cache_dir: Path) -> Plan:
     """Resolve one entry. Never raises for a bad checkpoint: that is the row's FAIL(load)."""
-    local = True
     try:
-        if spec.is_zoo:
-            checkpoint = str(zoo.ensure_built(spec.id.removeprefix(ZOO_PREFIX), cache_dir))
-        elif spec.path and spec.path.startswith(PACKAGE_PREFIX):
-            checkpoint = str(package_dir(spec.path))
-        elif spec.path:
-            checkpoint = spec.path
-        else:
-            checkpoint, local = spec.id, False
+        checkpoint, local = resolve_checkpoint(spec.id, spec.path, cache_dir)
     except Exception as exc:
         return Plan(spec, spec.path or spec.id, load_error=f"{type(exc).__name__}: {exc}")
     config: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 DEFAULT_RESULTS = "results"
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_MAX_CORES = 16
+DEFAULT_PREFILL_CHUNK = 32
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 ISOLATIONS = ("fork", "fresh")
 
@@ -48,6 +49,18 @@ OPTIONS: tuple[tuple[str, str | None, str, tuple[str, ...] | None], ...] = (
         None,
     ),
     ("core-memory", "GB", "memory of one core for sizing models (default: the device's)", None),
+    (
+        "prefill-chunk",
+        "N",
+        f"decoders prefill in chunks of N tokens (default {DEFAULT_PREFILL_CHUNK}; 0: one pass)",
+        None,
+    ),
+    (
+        "judge",
+        "MODEL",
+        "English judge (Hub id, local path or zoo:<name>) when the CPU comparison does not run",
+        None,
+    ),
     (
         "isolation",
         None,
@@ -116,6 +129,16 @@ def _number(config: pytest.Config, name: str, kind: type[float] | type[int]) -> 
     return value
 
 
+def prefill_chunk(config: pytest.Config) -> int | None:
+    """--neuron-prefill-chunk: a positive size, or 0 for no chunking."""
+    text = _option(config, "prefill-chunk")
+    if text is None:
+        return DEFAULT_PREFILL_CHUNK
+    if not text.isdigit():
+        raise pytest.UsageError(f"neuronsupport: --neuron-prefill-chunk {text!r} is not a size")
+    return int(text) or None
+
+
 def _path(config: pytest.Config, name: str, default: Path) -> Path:
     """Flags are relative to the invocation folder, ini keys to the ini file's folder."""
     flag = config.getoption(f"--neuron-{name}")
@@ -169,6 +192,8 @@ def settings_from(config: pytest.Config) -> Settings:
         max_memory_gb=_number(config, "max-memory", float),
         max_cores=int(max_cores or DEFAULT_MAX_CORES),
         core_memory_gb=_number(config, "core-memory", float),
+        prefill_chunk=prefill_chunk(config),
+        judge=_option(config, "judge"),
     )
 
 

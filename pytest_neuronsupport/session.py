@@ -16,7 +16,7 @@ import os
 import re
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -28,8 +28,16 @@ from pytest_neuronsupport import cores, execute, report, results, script
 from pytest_neuronsupport.budget import Budget
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.items import ModelFailure, ModelItem, ModelListFile
-from pytest_neuronsupport.modellist import ModelSpec, check_unique, parse, runner_column
-from pytest_neuronsupport.plan import Exclusion, Plan, plan
+from pytest_neuronsupport.modellist import (
+    GENERATING_RUNNERS,
+    SEVERAL_CORES_RUNNERS,
+    ZOO_PREFIX,
+    ModelSpec,
+    check_unique,
+    parse,
+    runner_column,
+)
+from pytest_neuronsupport.plan import Exclusion, Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
 ROW_ATTRIBUTE = "neuronsupport_row"
@@ -59,6 +67,10 @@ class Settings:
     max_cores: int = 16
     #: Memory of one core for sizing; None: the device's own figure.
     core_memory_gb: float | None = None
+    #: Generating runners prefill in chunks of this many tokens (None: in one pass).
+    prefill_chunk: int | None = 32
+    #: The English judge: a Hub id, a local checkpoint or a zoo model (None: no judge).
+    judge: str | None = None
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -324,41 +336,47 @@ class SweepSession:
             skip_model(f"unchanged since {when} ({recorded.result}); --neuron-rerun runs it again")
 
     def size(self, planned: Plan) -> Plan:
-        """How many cores the model gets: forced by its entry, else sized by its bf16 weights."""
+        """How many cores the model gets: sized by its bf16 weights (or forced by its entry).
+
+        Only runners that shard (dense, dense_ep) use several cores; the others run on one,
+        so a model of theirs too large for one core is excluded.
+        """
         if planned.exclusion is not None or planned.load_error is not None:
             return planned
         s = self.settings
-        needed = planned.spec.cores
         weights = cores.weight_bytes(planned.checkpoint, planned.config)
-        if needed is None:
-            needed = 1 if weights is None else cores.cores_needed(weights, self.core_capacity_gb)
-        limit = min(s.max_cores, s.device.core_count())
+        needed = 1 if weights is None else cores.cores_needed(weights, self.core_capacity_gb)
+        several = planned.runner in SEVERAL_CORES_RUNNERS
+        if several and planned.spec.cores is not None:
+            needed = planned.spec.cores
+        limit = min(s.max_cores, s.device.core_count()) if several else 1
         if needed > limit:
             size = f"{weights / 1e9:.2f} GB of bf16 weights, " if weights is not None else ""
-            why = (
-                f"needs {needed} cores ({size}{self.core_capacity_gb:g} GB a core); "
+            where = (
                 f"at most {limit} (--neuron-max-cores {s.max_cores}, the device has "
                 f"{s.device.core_count()})"
+                if several
+                else f"runner {planned.runner} runs on one core"
             )
-            return Plan(
-                planned.spec,
-                planned.checkpoint,
-                planned.config,
-                planned.runner,
-                exclusion=Exclusion("too-large", why),
-            )
-        return Plan(
-            planned.spec,
-            planned.checkpoint,
-            planned.config,
-            planned.runner,
-            cores=needed,
-            weight_bytes=weights,
-        )
+            why = f"needs {needed} cores ({size}{self.core_capacity_gb:g} GB a core); {where}"
+            return replace(planned, exclusion=Exclusion("too-large", why))
+        return replace(planned, cores=needed, weight_bytes=weights)
+
+    @cached_property
+    def judge(self) -> str | None:
+        """The English judge's checkpoint (a zoo model is built on first use)."""
+        value = self.settings.judge
+        if value is None:
+            return None
+        folder = self.settings.workdir / value
+        if not value.startswith(ZOO_PREFIX) and folder.is_dir():
+            return str(folder.resolve())
+        return resolve_checkpoint(value, None, self.settings.cache)[0]
 
     def params(self, planned: Plan) -> script.RunParams:
         s = self.settings
         assert planned.runner is not None
+        generating = planned.runner in GENERATING_RUNNERS
         return script.RunParams(
             model_id=planned.spec.id,
             checkpoint=planned.checkpoint,
@@ -370,6 +388,8 @@ class SweepSession:
             cores=planned.cores,
             revision=planned.spec.revision,
             task=planned.spec.task,
+            prefill_chunk=s.prefill_chunk if generating else None,
+            judge=self.judge if generating else None,
         )
 
     def write_script(self, params: script.RunParams, text: str) -> Path:

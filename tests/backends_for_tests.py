@@ -98,9 +98,10 @@ def misbehaving_by_model_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:
     """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
-    (``zoo:llama=segfault,zoo:gpt2=abort,...``: segfault, abort, hang, memory, kill-worker),
-    and runs the graph faithfully for every other model. One sweep can then meet every kind
-    of crash. The model is read from run.py's PARAMS (the script is ``__main__``)."""
+    (``zoo:llama=segfault,zoo:gpt2=abort,...``: segfault, abort, hang, memory, kill-worker;
+    ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the graph faithfully
+    for every other model. One sweep can then meet every kind of crash. The model is read from
+    run.py's PARAMS (the script is ``__main__``)."""
     import sys
 
     plan = dict(
@@ -108,7 +109,8 @@ def misbehaving_by_model_backend_for_tests(
         for item in os.environ.get("NEURONSUPPORT_TEST_MISBEHAVIOUR", "").split(",")
         if item
     )
-    how = plan.get(getattr(sys.modules["__main__"], "PARAMS", {}).get("model_id", ""))
+    model = getattr(sys.modules["__main__"], "PARAMS", {}).get("model_id", "")
+    how = plan.get(f"{model}@{os.environ['RANK']}" if "RANK" in os.environ else model)
     if how:
         print(f"test-only backend: about to {how}", flush=True)
         _misbehave(how)

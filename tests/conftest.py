@@ -7,15 +7,6 @@ from pathlib import Path
 
 import pytest
 
-# Imported once for the whole test process: pytester's in-process runs drop the modules they
-# import when they end, and neither torch's C extension (and its registered kernels) nor
-# transformers' lazy modules survive being imported a second time.
-import torch._dynamo  # noqa: F401
-import transformers  # noqa: F401
-
-# Likewise the plugin's own modules: a module dropped after an in-process run stays an attribute
-# of its package, and the fork server pickles run targets by name (a stale copy cannot be).
-import pytest_neuronsupport.session  # noqa: F401
 from pytest_neuronsupport import zoo
 from tests.sweeping import SweepRunner
 

@@ -44,9 +44,13 @@ class SweepRunner:
 
     def __init__(self, pytester: pytest.Pytester, cache: Path) -> None:
         self.pytester = pytester
-        self.cache = cache
+        # Each test has its cache (CPU references, core leases) but shares the built zoo: the
+        # leases of one test's sweeps must not wait for another test's, running in parallel.
+        self.cache = pytester.path / "cache"
+        self.cache.mkdir()
+        (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
         # an ini file makes the pytester folder the rootdir, and sets the cache through its key
-        pytester.makeini(f"[pytest]\nneuron_cache = {cache}\n")
+        pytester.makeini(f"[pytest]\nneuron_cache = {self.cache}\n")
         shutil.copy(HERE / "backends_for_tests.py", pytester.path / "backends_for_tests.py")
 
     @property
@@ -67,7 +71,9 @@ class SweepRunner:
     ) -> Sweep:
         entries = [{"id": m} if isinstance(m, str) else m for m in models]
         path = self.write_list(entries, list_name)
-        result = self.pytester.runpytest(
+        # a subprocess: an in-process run would drop the modules it imported (transformers',
+        # the plugin's) from sys.modules when it ends, splitting classes between two copies
+        result = self.pytester.runpytest_subprocess(
             "--neuron-sweep",
             "--neuron-models",
             str(path),

@@ -60,11 +60,19 @@ def test_a_local_checkpoint_is_planned_from_its_config(tmp_path: Path) -> None:
     assert planned.checkpoint == str(tmp_path)
 
 
-def test_an_unsupported_runner_is_excluded_not_failed(tmp_path: Path) -> None:
-    config = {"architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True}
+def test_a_model_no_runner_can_run_is_excluded_not_failed(tmp_path: Path) -> None:
+    config = {"architectures": ["WhisperForAudioClassification"], "model_type": "whisper"}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    planned = plan(spec(tmp_path, id="acme/t5", path=str(tmp_path)), tmp_path)
+    planned = plan(spec(tmp_path, id="acme/whisper", path=str(tmp_path)), tmp_path)
     assert planned.exclusion is not None and planned.exclusion.category == "no-runner"
+
+
+def test_a_mixture_of_experts_without_a_tensor_parallel_plan_runs_expert_parallel() -> None:
+    moe = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "num_local_experts": 4}
+    assert infer_runner(moe, None) == "dense"  # transformers has a TP plan for Mixtral
+    no_plan = {**moe, "model_type": "acme-moe"}  # a model type transformers has no plan for
+    assert infer_runner(no_plan, None) == "dense_ep"
+    assert infer_runner({**no_plan, "num_local_experts": 1}, None) == "dense"
 
 
 def test_a_missing_package_checkpoint_is_a_load_error(tmp_path: Path) -> None:

@@ -72,13 +72,13 @@ def test_a_model_is_sized_by_its_weights_and_excluded_above_the_cap(sweep: Sweep
     assert row["neuron_cores"] == 2
     assert row["hbm_capacity_gb"] == pytest.approx(0.0006)
     capped = sweep.run(
-        "zoo:bert", args=["--neuron-core-memory", "0.0001", "--neuron-max-cores", "1"]
+        "zoo:gpt2", args=["--neuron-core-memory", "0.0001", "--neuron-max-cores", "1"]
     )
     capped.result.assert_outcomes(skipped=1)
-    bert = capped.row("zoo:bert")
-    assert bert["result"] == "EXCLUDED" and bert["exclusion"] == "too-large"
-    assert "at most 1 (--neuron-max-cores 1" in bert["notes"]
-    assert bert["neuron_cores"] is None and bert["runner"] is None
+    gpt2 = capped.row("zoo:gpt2")
+    assert gpt2["result"] == "EXCLUDED" and gpt2["exclusion"] == "too-large"
+    assert "at most 1 (--neuron-max-cores 1" in gpt2["notes"]
+    assert gpt2["neuron_cores"] is None and gpt2["runner"] is None
 
 
 def journal_lines(results_dir: Path) -> int:
