@@ -2,7 +2,8 @@
 
     python benchmarks/sweep_overhead.py [--repeat N] [--keep DIR]
 
-On the tiny zoo (``model_lists/tiny.toml``) with the ``aot_eager`` backend on the CPU, offline:
+On the tiny zoo (the one-core entries of ``model_lists/tiny.toml``: a bare loop in one process
+cannot run the 2-core ones as ranks) with the ``aot_eager`` backend on the CPU, offline:
 
 1. a whole sweep / a bare in-process loop running the same runs (target <= 1.2)
 2. a second sweep with nothing changed / the first (target <= 0.05)
@@ -31,8 +32,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pytest_neuronsupport.modellist import parse
+
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "model_lists" / "tiny.toml"
+BUNDLED = ROOT / "model_lists" / "tiny.toml"
 
 BARE_LOOP = """
 import json, sys, importlib
@@ -46,19 +49,33 @@ for spec in parse(Path(sys.argv[2])):
     runner = importlib.import_module(f"pytest_neuronsupport.runners.{planned.runner}")
     params = {"model_id": spec.id, "checkpoint": planned.checkpoint, "runner": planned.runner,
               "device": "cpu", "backend": "aot_eager", "dtype": "float32", "fullgraph": False,
-              "cores": 1, "revision": None, "task": spec.task}
+              "cores": 1, "revision": None, "task": spec.task, "prefill_chunk": 32, "judge": None}
     verdict = runner.run(params)
     assert verdict["result"] == "PASS", (spec.id, verdict)
 """
 
 
-def zoo_dirs(cache: Path) -> dict[str, Path]:
-    """The built checkpoint folder of each model of the tiny list."""
-    from pytest_neuronsupport import zoo
-    from pytest_neuronsupport.modellist import parse
+ONE_CORE = [spec for spec in parse(BUNDLED) if spec.cores is None]
 
-    names = [spec.id.removeprefix("zoo:") for spec in parse(TINY)]
-    return {name: zoo.ensure_built(name, cache) for name in names}
+
+def one_core_list() -> str:
+    """The bundled tiny list without its entries that ask for several cores."""
+    return "".join(
+        f'[[model]]\nid = "{spec.id}"\n'
+        + (f'runner = "{spec.runner}"\n' if spec.runner else "")
+        + "\n"
+        for spec in ONE_CORE
+    )
+
+
+def zoo_dirs(cache: Path) -> dict[str, Path]:
+    """The built checkpoint folder of each one-core model of the tiny list."""
+    from pytest_neuronsupport import zoo
+
+    return {
+        s.id.removeprefix("zoo:"): zoo.ensure_built(s.id.removeprefix("zoo:"), cache)
+        for s in ONE_CORE
+    }
 
 
 def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -82,6 +99,8 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     cache = work / "cache"
+    tiny = work / "tiny-one-core.toml"
+    tiny.write_text(one_core_list())
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     py = sys.executable
     subprocess.run(
@@ -98,7 +117,7 @@ def main() -> None:
             "pytest",
             "--neuron-sweep",
             "--neuron-models",
-            str(TINY),
+            str(tiny),
             "--neuron-backend",
             "aot_eager",
             "--neuron-device",
@@ -123,7 +142,7 @@ def main() -> None:
         return sweep(results, *extra)
 
     def bare() -> float:
-        return timed([py, "-c", BARE_LOOP, str(cache), str(TINY)], work, env)
+        return timed([py, "-c", BARE_LOOP, str(cache), str(tiny)], work, env)
 
     figures: dict[str, float] = {}
     figures["bare loop"] = median_of(args.repeat, bare)
@@ -206,7 +225,7 @@ def main() -> None:
         ),
     ]
     print(
-        f"machine: {os.cpu_count()} cores; {len(TINY.read_text().split('[[model]]')) - 1} "
+        f"machine: {os.cpu_count()} cores; {len(ONE_CORE)} "
         f"tiny models; aot_eager on cpu; median of {args.repeat}"
     )
     for name, seconds in figures.items():
