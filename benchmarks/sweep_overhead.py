@@ -37,14 +37,19 @@ from pytest_neuronsupport.modellist import parse
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "model_lists" / "tiny.toml"
 
+# The same runs in one process: each model planned, compiled and checked by the runner's code.
+# torch._dynamo.reset() before each, as a fresh process has: otherwise dynamo's per-code-object
+# cache (shared by every model's transformers wrappers) hits its recompile limit after a few
+# models and silently runs the rest eagerly, uncompiled.
 BARE_LOOP = """
-import json, sys, importlib
+import sys, importlib
 from pathlib import Path
-from pytest_neuronsupport import zoo
+import torch._dynamo
 from pytest_neuronsupport.modellist import parse
 from pytest_neuronsupport.plan import plan
 cache = Path(sys.argv[1])
 for spec in parse(Path(sys.argv[2])):
+    torch._dynamo.reset()
     planned = plan(spec, cache)
     runner = importlib.import_module(f"pytest_neuronsupport.runners.{planned.runner}")
     params = {"model_id": spec.id, "checkpoint": planned.checkpoint, "runner": planned.runner,

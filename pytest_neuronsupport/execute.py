@@ -353,20 +353,6 @@ ISOLATIONS: dict[str, type[SubprocessExecutor] | type[ForkServerExecutor]] = {
 }
 
 
-def run_script(
-    script: Path,
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout_s: float,
-    verdict_path: Path,
-    log_path: Path,
-) -> Outcome:
-    """Run ``python3 script --result verdict_path`` in a fresh interpreter and wait for it."""
-    request = RunRequest(script, cwd, env, verdict_path, log_path, timeout_s)
-    return SubprocessExecutor().run(request)
-
-
 # --- classification ---------------------------------------------------------------------------
 
 

@@ -195,3 +195,13 @@ def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
         print(*(name in sys.modules for name in ("torch", "transformers", "torch_neuronx")))
     """
     assert run(body).log_tail.split() == ["True", "True", "False"]
+
+
+def test_names_shared_with_modules_that_must_not_import_each_other() -> None:
+    """The plugin names the isolations and the reference cache's variable without importing
+    the modules that define them (they import pyarrow, or torch): the names must agree."""
+    from pytest_neuronsupport import plugin, session
+    from pytest_neuronsupport.runners import common
+
+    assert set(plugin.ISOLATIONS) == set(ISOLATIONS)
+    assert session.REFERENCE_CACHE_ENV == common.REFERENCE_CACHE_ENV

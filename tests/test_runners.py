@@ -220,3 +220,47 @@ def test_a_several_core_run_py_alone_gives_the_same_verdict(
     verdict = json.loads(line.split(" ", 2)[2])
     assert verdict["result"] == row["result"]
     assert verdict["tokens"] == json.loads(row["check"])["tokens"]
+
+
+def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
+    zoo_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process run of the generation runner with a test double for a nondeterministic
+    model: its logits get fresh random noise on every call, so the CPU's two runs differ."""
+    import torch
+    import transformers
+
+    from pytest_neuronsupport.runners.common import load_tokenizer, user_message
+    from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
+
+    class NondeterministicLlamaForTests(transformers.LlamaForCausalLM):
+        def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits + 100 * torch.randn_like(out.logits)
+            return out
+
+    monkeypatch.delenv("NEURONSUPPORT_REFERENCE_CACHE", raising=False)
+    params = {
+        "model_id": "zoo:llama",
+        "checkpoint": str(zoo.ensure_built("llama", zoo_cache)),
+        "runner": "dense",
+        "device": "cpu",
+        "backend": "eager",
+        "dtype": "float32",
+        "fullgraph": False,
+        "cores": 1,
+        "revision": None,
+    }
+    tokenizer = load_tokenizer(params)
+    gen = Generation(
+        model_class=NondeterministicLlamaForTests,
+        inputs=user_message(tokenizer, PROMPT),
+        pad_token_id=tokenizer.pad_token_id,
+        decode=lambda tokens: tokenizer.decode(tokens),
+    )
+    verdict = run_generation(params, gen)
+    assert verdict is not None
+    assert verdict["reference_reproducible"] is False
+    assert verdict["result"] == "PASS"  # the check could not run: the model ran
+    assert "cpu_match" not in verdict
+    assert verdict["check"]["cpu_comparison"] == "the CPU reference is not reproducible"

@@ -316,6 +316,21 @@ def load_tokenizer(params: dict[str, Any]) -> Any:
     return tokenizer
 
 
+def user_message(tokenizer: Any, text: str, without_template: str = "") -> dict[str, Any]:
+    """``text`` as a user message through the tokenizer's chat template, if it has one (else
+    the plain text followed by ``without_template``): input ids and attention mask."""
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            return_dict=True,
+            return_tensors="pt",
+        )
+    else:
+        encoded = tokenizer(text + without_template, return_tensors="pt")
+    return {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
+
+
 def head_class(config: Any, default: Any) -> Any:
     """The transformers class the checkpoint declares in ``architectures``, else ``default``.
 

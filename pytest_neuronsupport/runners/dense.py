@@ -12,28 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import transformers
 
 # script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.common import guarded, load_tokenizer
+from pytest_neuronsupport.runners.common import guarded, load_tokenizer, user_message
 from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
 
 # script: drop-end
-
-
-def encode_prompt(tokenizer: Any) -> dict[str, torch.Tensor]:
-    """The prompt's input ids: as a user message through the chat template, if there is one."""
-    if getattr(tokenizer, "chat_template", None):
-        encoded = tokenizer.apply_chat_template(
-            [{"role": "user", "content": PROMPT}],
-            add_generation_prompt=True,
-            return_dict=True,
-            return_tensors="pt",
-        )
-    else:
-        encoded = tokenizer(PROMPT, return_tensors="pt")
-    return {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
 
 
 def tensor_parallel(world: int) -> dict[str, Any]:
@@ -45,7 +30,7 @@ def decoder_generation(params: dict[str, Any], distributed: Any) -> Generation:
     tokenizer = guarded("FAIL(load)", lambda: load_tokenizer(params))
     return Generation(
         model_class=transformers.AutoModelForCausalLM,
-        inputs=encode_prompt(tokenizer),
+        inputs=user_message(tokenizer, PROMPT),
         pad_token_id=tokenizer.pad_token_id,
         decode=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True),
         distributed=distributed,

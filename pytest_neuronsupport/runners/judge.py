@@ -16,6 +16,11 @@ from typing import Any
 import torch
 import transformers
 
+# script: drop-begin (package form only: in run.py these names are defined above)
+from pytest_neuronsupport.runners.common import user_message
+
+# script: drop-end
+
 JUDGE_PROMPT = (
     "Is the following text fluent English? Answer with one word, Yes or No.\n\nText: {text}"
 )
@@ -33,20 +38,6 @@ def first_tokens(tokenizer: Any, words: tuple[str, ...]) -> list[int]:
     return sorted({i[0] for i in ids if i})
 
 
-def judge_prompt(tokenizer: Any, text: str) -> dict[str, torch.Tensor]:
-    question = JUDGE_PROMPT.format(text=text)
-    if getattr(tokenizer, "chat_template", None):
-        encoded = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}],
-            add_generation_prompt=True,
-            return_dict=True,
-            return_tensors="pt",
-        )
-    else:
-        encoded = tokenizer(question + "\nAnswer:", return_tensors="pt")
-    return {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
-
-
 def judge_english(checkpoint: str, text: str) -> dict[str, Any]:
     """The judge's verdict on ``text``, with everything that decided it."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=False)
@@ -59,7 +50,8 @@ def judge_english(checkpoint: str, text: str) -> dict[str, Any]:
     if not yes or not no:
         raise ValueError(f"the judge's tokenizer cannot tell 'Yes' {yes_all} from 'No' {no_all}")
     with torch.inference_mode():
-        logits = model(**judge_prompt(tokenizer, text)).logits[0, -1].float()
+        inputs = user_message(tokenizer, JUDGE_PROMPT.format(text=text), "\nAnswer:")
+        logits = model(**inputs).logits[0, -1].float()
     yes_logit = float(logits[yes].max())
     no_logit = float(logits[no].max())
     return {
