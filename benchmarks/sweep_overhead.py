@@ -219,7 +219,7 @@ def main() -> None:
         ),
         ("-n 2 / -n 0", figures["first sweep -n 2"] / first, 0.6),
         (
-            "-n 2 / -n 0, list x3 (27 runs)",
+            f"-n 2 / -n 0, list x3 ({3 * len(ONE_CORE)} runs)",
             figures["x3 list, -n 2"] / figures["x3 list, -n 0"],
             0.6,
         ),

@@ -199,9 +199,9 @@ def settings_from(config: pytest.Config) -> Settings:
 
 def pytest_configure(config: pytest.Config) -> None:
     """With --neuron-sweep: settings, the model lists as collection args, the session plugin."""
-    config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
     if not config.getoption("--neuron-sweep"):
         return
+    config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
     # Imported only for a sweep: a plain test run pays nothing for the plugin.
     from pytest_neuronsupport.backends import check_backend
     from pytest_neuronsupport.items import SESSION_KEY

@@ -190,9 +190,18 @@ class SweepSession:
             if report.skipped and "unchanged since" in str(report.longrepr):
                 self.unchanged += 1
             return
+        try:
+            recorded = results.Row.from_dict(row)
+        except ValueError as exc:  # a bug of ours must not cost the model its row
+            self.problems.append(
+                f"{row.get('model_id')}: malformed row ({exc}); kept as FAIL(other)"
+            )
+            keep = ("model_id", "library", "tested_at", "run_py", "run_py_sha256")
+            row = {k: row.get(k) for k in keep} | {"result": "FAIL(other)", "error": str(exc)}
+            recorded = results.Row.from_dict(row)
         self.rows.append(row)
         if self.journal is not None:
-            self.journal.append(self.pair_relpath, results.Row.from_dict(row))
+            self.journal.append(self.pair_relpath, recorded)
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config

@@ -35,6 +35,8 @@ def test_without_the_flag_the_plugin_adds_nothing(pytester: pytest.Pytester) -> 
     assert "zoo:llama" not in result.stdout.str()
     assert "neuronsupport:" not in result.stdout.str()  # no summary section
     assert not (pytester.path / "results").exists()
+    markers = pytester.runpytest("--markers")
+    assert "neuronsupport:" not in markers.stdout.str()  # not even a marker
 
 
 def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> None:
