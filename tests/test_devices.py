@@ -81,3 +81,24 @@ def test_core_capacity_and_cpu_pinning() -> None:
     assert cpu.cpus([0]) == allowed[:1]
     assert cpu.cpus(list(range(len(allowed)))) == allowed
     assert NeuronDevice().cpus([0, 1]) is None
+
+
+def test_run_side_device_ops_split_a_lease_among_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run side (pasted into run.py): each rank of a several-core Neuron run sees one
+    logical core of the run's lease; CPU and CUDA ranks need no environment of their own."""
+    from pytest_neuronsupport.runners.common import DEVICE_OPS, expand_ranges
+
+    assert expand_ranges("4-7") == [4, 5, 6, 7]
+    assert expand_ranges("1,3") == [1, 3]
+    assert expand_ranges("0-1,6") == [0, 1, 6]
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4-5")
+    neuron = DEVICE_OPS["neuron"]()  # not set up: that would import torch_neuronx
+    assert [neuron.rank_env(r, 2) for r in (0, 1)] == [
+        {"NEURON_RT_VISIBLE_CORES": "4"},
+        {"NEURON_RT_VISIBLE_CORES": "5"},
+    ]
+    assert (neuron.dist_backend, DEVICE_OPS["cuda"].dist_backend) == ("neuron", "nccl")
+    assert DEVICE_OPS["cpu"]().rank_env(1, 2) == {}
+    assert DEVICE_OPS["cuda"]().rank_device(1, 2) == "cuda:1"
+    # the plugin side pins the run to the same cores it leased
+    assert devices.DEVICES["neuron"].pin_env([4, 5]) == {"NEURON_RT_VISIBLE_CORES": "4-5"}

@@ -192,9 +192,11 @@ def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
         pytest.skip("the fork server's property")
     body = """
         import sys
+        import torch
         print(*(name in sys.modules for name in ("torch", "transformers", "torch_neuronx")))
+        print(torch.cuda.is_initialized())
     """
-    assert run(body).log_tail.split() == ["True", "True", "False"]
+    assert run(body).log_tail.split() == ["True", "True", "False", "False"]
 
 
 def test_names_shared_with_modules_that_must_not_import_each_other() -> None:
