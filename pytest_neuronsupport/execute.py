@@ -74,6 +74,7 @@ class Outcome:
     timeout_s: float | None = None
     #: Set when the watcher stopped the run for another reason (memory).
     reason: str | None = None
+    #: The run's peak resident memory, watched only under a memory limit.
     peak_rss_gb: float | None = None
 
     @property
@@ -186,7 +187,8 @@ def _watch(
     limit = None if request.max_memory_gb is None else request.max_memory_gb * 1e9
     try:
         while not finished(POLL_S):
-            rss = session_rss_bytes(pid)
+            # reading every process's /proc/*/stat costs: only when a limit asks for it
+            rss = session_rss_bytes(pid) if limit is not None else 0
             peak = max(peak, rss)
             if limit is not None and rss > limit:
                 reason = (
