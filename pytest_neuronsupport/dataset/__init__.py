@@ -1,0 +1,41 @@
+"""The results dataset: one schema, durable journals, crash-safe parquet merges.
+
+Layout under a results directory ``<results>``::
+
+    <results>/data/<compiler>-<compiler_version>/<library>-<library_version>.parquet
+    <results>/journal/<session_id>.jsonl     rows appended the moment each test ends
+    <results>/journal/<session_id>.lock      held (flock) for the whole life of the journal
+    <results>/runs/<compiler>-<compiler_version>/<library>-<library_version>/<model>/
+                                             what one model's run left behind
+
+Every parquet file holds at most one row per ``model_id``. Rows reach the parquet files only
+through :func:`~pytest_neuronsupport.dataset.merge.merge_journals`, which rewrites a file by
+writing a temporary file in the same directory, fsyncing it and ``os.replace``-ing it over the
+old one, under a lock on the hidden file ``.<file>.lock`` next to it. A ``kill -9`` at any
+moment therefore leaves every parquet file complete (old or new version) and every appended row
+in a journal that the next merge recovers.
+
+Hidden names (a leading ``.``) are used for everything that is not a data file, so that
+``pandas.read_parquet("<results>/data")`` and
+:func:`~pytest_neuronsupport.dataset.store.read_dataset` skip them:
+
+* temporary files: ``.<file>.<16 hex digits>.tmp``
+* per-file locks: ``.<file>.lock``
+
+A row is a plain dict validated against the one schema
+(:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`); keys outside it are extra columns, added
+by users' hooks, stored after the schema's columns. Reading goes through the schema: columns
+missing from an old file come back as nulls; columns unknown to it are dropped unless
+``keep_extra`` is asked for, and always preserved when a file is rewritten, so an older writer
+never destroys what a newer one recorded.
+
+Modules (imports go one way: ``merge`` → ``journal``, ``store`` → ``durable``, ``layout``,
+``schema``):
+
+* :mod:`~pytest_neuronsupport.dataset.schema`: the schema, row validation, rows as JSON and tables.
+* :mod:`~pytest_neuronsupport.dataset.layout`: where pair files and run folders live.
+* :mod:`~pytest_neuronsupport.dataset.durable`: fsyncs, locks, atomic writes, temp-file sweeps.
+* :mod:`~pytest_neuronsupport.dataset.store`: reading files through the schema; ``find_row``.
+* :mod:`~pytest_neuronsupport.dataset.journal`: the append-only journal of a session.
+* :mod:`~pytest_neuronsupport.dataset.merge`: journals into parquet files.
+"""

@@ -1,0 +1,127 @@
+"""Durable file operations: fsyncs, flocks, atomic replacement, cleaning up temp files.
+
+A parquet file is rewritten only under its lock (the hidden ``.<file>.lock`` beside it) by
+writing a hidden temp file ``.<file>.<16 hex digits>.tmp``, fsyncing it and ``os.replace``-ing
+it over the file, so the file is always complete, old or new, whenever a writer is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from contextlib import suppress
+from pathlib import Path
+from typing import Final
+
+import filelock
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "LOCK_TIMEOUT_S",
+    "atomic_write",
+    "data_lock",
+    "file_lock",
+    "fsync_dir",
+    "makedirs_durable",
+    "remove_temps",
+    "sweep_temps",
+]
+
+LOCK_TIMEOUT_S: Final = 600.0
+"""How long a writer waits for the lock of a parquet file."""
+
+_TEMP_NAME: Final = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{16}\.tmp")
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (creations, renames, deletions) durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def makedirs_durable(path: Path) -> None:
+    """``mkdir -p`` that fsyncs the parent of every directory it created."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:  # pragma: no cover - filesystem root
+            break
+        current = current.parent
+    path.mkdir(parents=True, exist_ok=True)
+    for created in reversed(missing):
+        fsync_dir(created.parent)
+
+
+def file_lock(path: Path, timeout: float) -> filelock.BaseFileLock:
+    """An flock on ``path`` (created if need be), not taken yet.
+
+    flock only: a soft lock outlives a killed process, which would make a dead journal look
+    alive forever. ``thread_local=False``: the hold belongs to the object, whichever thread.
+    """
+    return filelock.FileLock(path, timeout=timeout, thread_local=False, fallback_to_soft=False)
+
+
+def data_lock(target: Path, timeout: float = LOCK_TIMEOUT_S) -> filelock.BaseFileLock:
+    """The lock serialising rewrites of one parquet file: hidden ``.<file>.lock`` beside it."""
+    return file_lock(target.parent / f".{target.name}.lock", timeout)
+
+
+def remove_temps(target: Path) -> None:
+    """Delete temp files left by killed writers of ``target`` (call with its lock held)."""
+    for temp in target.parent.glob(f".{target.name}.*.tmp"):
+        match = _TEMP_NAME.fullmatch(temp.name)
+        if match is not None and match["target"] == target.name:
+            with suppress(FileNotFoundError):
+                temp.unlink()
+
+
+def sweep_temps(data_dir: Path) -> None:
+    """Delete every orphaned temp file under ``data_dir`` whose target is not being written."""
+    if not data_dir.is_dir():
+        return
+    for folder in sorted(data_dir.iterdir()):
+        if not folder.is_dir():
+            continue
+        targets = {
+            match["target"]
+            for temp in folder.glob(".*.tmp")
+            if (match := _TEMP_NAME.fullmatch(temp.name)) is not None
+        }
+        for name in sorted(targets):
+            lock = data_lock(folder / name, timeout=0)
+            try:
+                lock.acquire()
+            except filelock.Timeout:
+                continue  # being written right now; its writer owns those temps
+            try:
+                remove_temps(folder / name)
+            finally:
+                lock.release()
+
+
+def atomic_write(target: Path, table: pa.Table) -> None:
+    """Write ``table`` to ``target`` so that ``target`` is always old-complete or new-complete.
+
+    Call with the target's lock held (:func:`data_lock`). The temp file is hidden
+    (``.<name>.<16 hex digits>.tmp``) and deleted if writing fails.
+    """
+    temp = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    try:
+        pq.write_table(table, str(temp))
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        with suppress(OSError):
+            temp.unlink()
+        raise
+    fsync_dir(target.parent)

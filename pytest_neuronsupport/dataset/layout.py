@@ -1,0 +1,141 @@
+"""Where things live under a results directory: pair files, the data files, run folders."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "check_relpath",
+    "data_files",
+    "pair_dirname",
+    "pair_path",
+    "pair_relpath",
+    "run_dir",
+    "run_dirname",
+]
+
+_SAFE_CHAR: Final = re.compile(r"[^A-Za-z0-9._+-]")
+_RUN_CHAR: Final = re.compile(r"[^A-Za-z0-9._-]")
+_PARQUET: Final = ".parquet"
+
+
+def _safe_component(what: str, text: str) -> str:
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{what} must be a non-empty string, got {text!r}")
+    return _SAFE_CHAR.sub("_", text)
+
+
+def _safe_name(first: str, second: str) -> str:
+    name = f"{first}-{second}"
+    # pyarrow and pandas skip names starting with "." or "_": a data file must never be hidden.
+    if name[0] in "._":
+        name = "-" + name[1:]
+    return name
+
+
+def pair_dirname(compiler: str, compiler_version: str) -> str:
+    """Folder name of a compiler: ``"inductor-2.13.0"``.
+
+    Characters outside ``[A-Za-z0-9._+-]`` become ``_`` (``"tests.backends:perturb"`` gives
+    ``"tests.backends_perturb"``); a leading ``.`` or ``_`` becomes ``-`` so the folder is never
+    hidden from dataset readers.
+
+    Raises:
+        ValueError: an empty component.
+    """
+    return _safe_name(
+        _safe_component("compiler", compiler),
+        _safe_component("compiler_version", compiler_version),
+    )
+
+
+def pair_relpath(compiler: str, compiler_version: str, library: str, library_version: str) -> str:
+    """Path of a pair's parquet file relative to ``<results>/data``, with ``/``.
+
+    ``"inductor-2.13.0/transformers-5.24.0.parquet"``; this is the ``pair`` recorded in
+    journals. Library name and version are sanitised like :func:`pair_dirname`.
+    """
+    file_stem = _safe_name(
+        _safe_component("library", library),
+        _safe_component("library_version", library_version),
+    )
+    return f"{pair_dirname(compiler, compiler_version)}/{file_stem}{_PARQUET}"
+
+
+def pair_path(
+    results_dir: Path, compiler: str, compiler_version: str, library: str, library_version: str
+) -> Path:
+    """``<results>/data/<compiler>-<version>/<library>-<version>.parquet`` (sanitised)."""
+    return (
+        Path(results_dir)
+        / "data"
+        / pair_relpath(compiler, compiler_version, library, library_version)
+    )
+
+
+def check_relpath(relpath: str) -> str:
+    """Validate a pair path relative to ``<results>/data``; return it.
+
+    Raises:
+        ValueError: not ``<compiler>-<version>/<library>-<version>.parquet`` as
+            :func:`pair_relpath` makes it.
+    """
+    if not isinstance(relpath, str):
+        raise ValueError(f"pair path must be a str, got {type(relpath).__name__}")
+    parts = relpath.split("/")
+    ok = (
+        len(parts) == 2
+        and all(part and _SAFE_CHAR.search(part) is None and part[0] not in "._" for part in parts)
+        and parts[1].endswith(_PARQUET)
+        and len(parts[1]) > len(_PARQUET)
+    )
+    if not ok:
+        raise ValueError(
+            f"invalid pair path {relpath!r}: expected '<compiler>-<version>/<library>-<version>"
+            ".parquet' made of [A-Za-z0-9._+-], not starting with '.' or '_'"
+        )
+    return relpath
+
+
+def data_files(results_dir: Path) -> list[Path]:
+    """``data/*/*.parquet`` in sorted order, skipping hidden (``.``/``_``) names like pyarrow."""
+    data_dir = Path(results_dir) / "data"
+    if not data_dir.is_dir():
+        return []
+    found: list[Path] = []
+    for folder in sorted(data_dir.iterdir()):
+        if folder.name[0] in "._" or not folder.is_dir():
+            continue
+        for file in sorted(folder.iterdir()):
+            if file.name[0] not in "._" and file.name.endswith(_PARQUET) and file.is_file():
+                found.append(file)
+    return found
+
+
+def run_dirname(model_id: str) -> str:
+    """Folder name of a model's run: characters outside ``[A-Za-z0-9._-]`` become ``--``.
+
+    ``"zoo:llama"`` gives ``"zoo--llama"``, ``"org/model"`` gives ``"org--model"``.
+
+    Raises:
+        ValueError: a name that would not be a folder of its own (empty, ``.`` or ``..``).
+    """
+    name = _RUN_CHAR.sub("--", model_id)
+    if name in ("", ".", ".."):
+        raise ValueError(f"model id {model_id!r} cannot name a run folder")
+    return name
+
+
+def run_dir(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
+    """``<results>/runs/<compiler>-<version>/<library>-<version>/<run_dirname(model_id)>``.
+
+    The pair part is ``pair_relpath`` without its ``.parquet`` suffix, e.g.
+    ``results/runs/inductor-2.13.0/transformers-5.24.0/zoo--llama``.
+
+    Raises:
+        ValueError: an invalid pair path, or as :func:`run_dirname`.
+    """
+    pair = check_relpath(pair_relpath).removesuffix(_PARQUET)
+    return Path(results_dir) / "runs" / pair / run_dirname(model_id)

@@ -1,0 +1,244 @@
+"""Merging journals into the parquet files, crash-safely, then deleting the merged journals."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import filelock
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pytest_neuronsupport.dataset.durable import (
+    atomic_write,
+    data_lock,
+    file_lock,
+    fsync_dir,
+    makedirs_durable,
+    remove_temps,
+    sweep_temps,
+)
+from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
+from pytest_neuronsupport.dataset.schema import SCHEMA, rows_to_table
+from pytest_neuronsupport.dataset.store import (
+    UnreadableResultsError,
+    concat_tables,
+    forget_cached,
+    latest_positions,
+    read_table,
+    tested_at_key,
+)
+
+__all__ = ["MergeReport", "merge_journals"]
+
+
+@dataclass
+class MergeReport:
+    """What :func:`merge_journals` did."""
+
+    written: dict[Path, int] = field(default_factory=dict)
+    """Parquet file → number of journal rows written into it (new or replacing)."""
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)
+    """Parquet files that could not be read, with the error; left untouched."""
+    journals_merged: list[Path] = field(default_factory=list)
+    """Journals fully merged, then deleted (with their lock files)."""
+    journals_kept: list[Path] = field(default_factory=list)
+    """Journals left in place: some rows could not be merged, some line was corrupt, or the
+    journal itself could not be read."""
+    journals_live: list[Path] = field(default_factory=list)
+    """Journals whose lock is held by a live writer: skipped (``skip_live=True``), or merged
+    but never deleted (``skip_live=False``)."""
+    problems: list[str] = field(default_factory=list)
+    """Skipped journal lines and failed writes, one message each."""
+
+    @property
+    def ok(self) -> bool:
+        """Nothing unreadable, kept or skipped with a problem."""
+        return not (self.unreadable or self.journals_kept or self.problems)
+
+
+@dataclass
+class _Candidate:
+    path: Path
+    lock: filelock.BaseFileLock | None  # held by us; None for a live journal merged anyway
+    content: JournalContent
+    keep: bool = False
+
+
+def _apply_rows(target: Path, rows: list[dict[str, Any]]) -> int:
+    """Merge ``rows`` (validated, unique model_ids) into ``target``; return how many applied.
+
+    A row replaces the file's row of the same model unless that one has a strictly later
+    ``tested_at`` (null counts as earliest), so a late recovery never reverts a newer run. The
+    file's extra columns are kept (null for the new rows), the rows' new ones added (null for
+    the old rows), and a column whose types differ is unified as
+    :func:`~pytest_neuronsupport.dataset.store.concat_tables` does.
+
+    Raises:
+        UnreadableResultsError: the existing file could not be read; it is left untouched.
+    """
+    makedirs_durable(target.parent)
+    with data_lock(target):
+        remove_temps(target)
+        if target.exists():
+            existing = read_table(target, keep_extra=True)
+        else:
+            existing = SCHEMA.empty_table()
+        latest = latest_positions(existing)
+        stamps = existing.column("tested_at").to_pylist()
+        applied = [
+            row
+            for row in rows
+            if row["model_id"] not in latest
+            or tested_at_key(stamps[latest[row["model_id"]]]) <= tested_at_key(row["tested_at"])
+        ]
+        ids = existing.column("model_id").to_pylist()
+        duplicated = len(latest) < sum(model_id is not None for model_id in ids)
+        if not applied and not duplicated:
+            return 0
+        if duplicated:  # not written by us; keep each model's latest row only
+            mask = [
+                model_id is None or latest[model_id] == position
+                for position, model_id in enumerate(ids)
+            ]
+            existing = existing.filter(pa.array(mask, type=pa.bool_()))
+        replaced = pa.array([row["model_id"] for row in applied], type=pa.string())
+        stale = pc.fill_null(pc.is_in(existing.column("model_id"), value_set=replaced), False)
+        kept = existing.filter(pc.invert(stale))
+        merged = concat_tables([kept, rows_to_table(applied)])
+        merged = merged.sort_by([("model_id", "ascending")])
+        atomic_write(target, merged)
+    forget_cached(target)
+    return len(applied)
+
+
+def _journal_order(path: Path) -> tuple[int, str]:
+    try:
+        return (path.stat().st_mtime_ns, path.name)
+    except OSError:
+        return (0, path.name)
+
+
+def merge_journals(
+    results_dir: Path, *, include: Iterable[Path] = (), skip_live: bool = True
+) -> MergeReport:
+    """Merge journals into the parquet files, then delete the journals that are fully merged.
+
+    Candidates are every ``<results>/journal/*.jsonl`` plus the paths in ``include`` (the
+    caller's own journals, already closed). A candidate whose lock (``<name>.lock`` beside it)
+    can be taken is dead or closed: it is merged while we hold its lock (so two concurrent
+    merges never both take it) and deleted afterwards. A candidate whose lock is held is live:
+    listed in ``journals_live`` and skipped; with ``skip_live=False`` its rows are merged too
+    but the journal is never deleted (its writer may still append).
+
+    Ordering: within a journal the later line wins; between journals the later ``tested_at``
+    wins (ties: the journal modified last); against the parquet file, a journal row replaces
+    the model's row unless the file's row has a strictly later ``tested_at`` (null is earliest).
+    Files are written sorted by ``model_id``. Merging the same journal twice gives the same file.
+
+    Extra columns: a file keeps its own, gains the rows' new ones (null for its old rows); where
+    a column's types differ they are promoted (int64 and float64 to float64, null to anything)
+    or, where they cannot be without loss, the column is stored as text for all rows.
+
+    A parquet file that cannot be read is reported in ``unreadable`` and never written; every
+    journal with rows for it is kept, as is a journal with a corrupt (not torn-last) line.
+    Other failures to write a pair are reported in ``problems`` and keep its journals too.
+    Temp files left by killed merges are deleted.
+    """
+    results_dir = Path(results_dir)
+    journal_dir = results_dir / "journal"
+    data_dir = results_dir / "data"
+    report = MergeReport()
+
+    paths: dict[str, Path] = {}  # absolute path → path as found or given
+    if journal_dir.is_dir():
+        for path in sorted(journal_dir.glob("*.jsonl")):
+            if path.name[0] != ".":
+                paths.setdefault(os.path.abspath(path), path)
+    for path in include:
+        paths.setdefault(os.path.abspath(path), Path(path))
+
+    candidates: list[_Candidate] = []
+    try:
+        for path in paths.values():
+            journal_lock = file_lock(path.with_suffix(".lock"), timeout=0)
+            lock: filelock.BaseFileLock | None = journal_lock
+            try:
+                journal_lock.acquire()
+            except filelock.Timeout:
+                report.journals_live.append(path)
+                if skip_live:
+                    continue
+                lock = None
+            if not path.exists():  # merged and deleted by someone else meanwhile
+                if lock is not None:
+                    lock.release()
+                continue
+            try:
+                content = parse_journal(path)
+            except Exception as exc:  # unreadable journal: leave it where it is
+                report.problems.append(f"{path}: cannot read journal: {exc}")
+                report.journals_kept.append(path)
+                if lock is not None:
+                    lock.release()
+                continue
+            report.problems.extend(content.problems)
+            candidates.append(_Candidate(path, lock, content, keep=content.corrupt))
+        candidates.sort(key=lambda candidate: _journal_order(candidate.path))
+
+        # pair → model_id → (row, candidate); then which candidates feed each pair
+        winners: dict[str, dict[str, tuple[dict[str, Any], _Candidate]]] = {}
+        feeders: dict[str, list[_Candidate]] = {}
+        for candidate in candidates:
+            last: dict[str, dict[str, dict[str, Any]]] = {}
+            for pair, row in candidate.content.entries:
+                last.setdefault(pair, {})[row["model_id"]] = row
+            for pair, by_model in last.items():
+                feeders.setdefault(pair, []).append(candidate)
+                pair_winners = winners.setdefault(pair, {})
+                for model_id, row in by_model.items():
+                    current = pair_winners.get(model_id)
+                    if current is None or tested_at_key(row["tested_at"]) >= tested_at_key(
+                        current[0]["tested_at"]
+                    ):
+                        pair_winners[model_id] = (row, candidate)
+
+        sweep_temps(data_dir)
+        for pair in sorted(winners):
+            target = data_dir / pair
+            rows = [row for row, _ in winners[pair].values()]
+            try:
+                count = _apply_rows(target, rows)
+            except UnreadableResultsError as exc:
+                report.unreadable.append((target, exc.reason))
+                for candidate in feeders[pair]:
+                    candidate.keep = True
+                continue
+            except Exception as exc:  # keep the journals: nothing may be lost
+                report.problems.append(f"{target}: merge failed: {type(exc).__name__}: {exc}")
+                for candidate in feeders[pair]:
+                    candidate.keep = True
+                continue
+            if count:
+                report.written[target] = count
+
+        for candidate in candidates:
+            if candidate.lock is None:
+                continue  # live: rows merged, file left to its writer
+            if candidate.keep:
+                report.journals_kept.append(candidate.path)
+                continue
+            candidate.path.unlink(missing_ok=True)
+            fsync_dir(candidate.path.parent)
+            with suppress(OSError):
+                candidate.path.with_suffix(".lock").unlink()
+            report.journals_merged.append(candidate.path)
+    finally:
+        for candidate in candidates:
+            if candidate.lock is not None and candidate.lock.is_locked:
+                candidate.lock.release()
+    return report
