@@ -1,11 +1,7 @@
-"""``run_dense``: a decoder (``AutoModelForCausalLM``) generates 32 tokens greedily.
-
-The prompt ``"The future of AI is"`` goes through the chat template for chat models (a
-tokenizer with one), as a user message. Generation uses a static cache and chunked prefill,
-compiled with the chosen backend on the chosen device. On several cores ``run.py`` launches one
-rank per core and loads the model sharded with ``tp_plan="auto"``.
-
-Standalone: pasted into ``run.py`` after ``runners/generation.py``.
+"""``run_dense``: a decoder (``AutoModelForCausalLM``) generates 32 tokens greedily from
+``"The future of AI is"`` (a user message, through a chat model's template), compiled, with a
+static cache and chunked prefill; the tokens must be the CPU's in fp32, or first differ at a
+near-tie. On several cores each rank holds its share (``tp_plan="auto"``), and a judge checks.
 """
 
 from __future__ import annotations
@@ -14,29 +10,43 @@ from typing import Any
 
 import transformers
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.common import guarded, load_tokenizer, user_message
-from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
+from pytest_neuronsupport.runners import Runner
+from pytest_neuronsupport.runners.lib.generation import (
+    PROMPT,
+    Generation,
+    generate_and_check,
+    generate_on_ranks,
+)
+from pytest_neuronsupport.runners.lib.models import load_tokenizer, step, user_message
+from pytest_neuronsupport.runners.lib.protocol import Result
 
-# script: drop-end
+RUNNER = Runner(
+    name="dense",
+    load_class="AutoModelForCausalLM",
+    generates=True,
+    shards=True,
+    architectures=("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"),
+    tasks=("text-generation",),
+)
 
 
-def tensor_parallel(world: int) -> dict[str, Any]:
-    """Sharding over ``world`` ranks: the model's own tensor-parallel plan."""
-    return {"tp_plan": "auto"}
+def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    return generate_and_check(params, ops, decoder(params))
 
 
-def decoder_generation(params: dict[str, Any], distributed: Any) -> Generation:
-    tokenizer = guarded("FAIL(load)", lambda: load_tokenizer(params))
+def run_ranks(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
+    """Several cores: each rank holds its share of every layer (the model's own tensor-parallel
+    plan)."""
+    return generate_on_ranks(params, ops, decoder(params), {"tp_plan": "auto"})
+
+
+def decoder(params: dict[str, Any]) -> Generation:
+    """The prompt as a user message, for a causal LM."""
+    with step("load", Result.FAIL_LOAD):
+        tokenizer = load_tokenizer(params)
     return Generation(
         model_class=transformers.AutoModelForCausalLM,
         inputs=user_message(tokenizer, PROMPT),
-        pad_token_id=tokenizer.pad_token_id,
-        decode=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True),
-        distributed=distributed,
+        tokenizer=tokenizer,
         prefill_chunk=params.get("prefill_chunk"),
     )
-
-
-def run(params: dict[str, Any]) -> dict[str, Any] | None:
-    return run_generation(params, decoder_generation(params, tensor_parallel))

@@ -1,26 +1,37 @@
 """``run_dense_ep``: a mixture-of-experts decoder without a tensor-parallel plan runs
 expert-parallel: on several cores each rank holds a share of the experts. Otherwise it is
-``run_dense`` (same prompt, generation and checks).
-
-Standalone: pasted into ``run.py`` after ``runners/dense.py``.
+``run_dense``: 32 greedy tokens from ``"The future of AI is"``, static cache, compiled, checked
+against a CPU fp32 run on one core and by the English judge on several.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.dense import decoder_generation
-from pytest_neuronsupport.runners.generation import run_generation
+from pytest_neuronsupport.runners import Runner
+from pytest_neuronsupport.runners.dense import decoder
+from pytest_neuronsupport.runners.lib.generation import generate_and_check, generate_on_ranks
 
-# script: drop-end
+RUNNER = Runner(
+    name="dense_ep",
+    load_class="AutoModelForCausalLM",
+    generates=True,
+    shards=True,
+    architectures=(
+        "ForCausalLM[experts-without-tp-plan]",
+        "LMHeadModel[experts-without-tp-plan]",
+    ),
+)
 
 
-def expert_parallel(world: int) -> dict[str, Any]:
-    """Sharding over ``world`` ranks: the experts split among them (``ep_size`` must divide
+def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    return generate_and_check(params, ops, decoder(params))
+
+
+def run_ranks(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
+    """Several cores: the experts split among the ranks (``ep_size`` must divide
     ``fsdp_size * tp_size`` in transformers, and there is no tensor-parallel plan to use)."""
-    return {"ep_size": world, "fsdp_size": world}
-
-
-def run(params: dict[str, Any]) -> dict[str, Any] | None:
-    return run_generation(params, decoder_generation(params, expert_parallel))
+    world = int(os.environ["WORLD_SIZE"])
+    sharding = {"ep_size": world, "fsdp_size": world}
+    return generate_on_ranks(params, ops, decoder(params), sharding)

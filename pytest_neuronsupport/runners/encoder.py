@@ -1,206 +1,276 @@
-"""``run_encoder``: a text encoder runs one compiled forward pass.
-
-Input: ``"My name is Wolfgang and I live in Berlin."`` padded to 128 tokens, with ``Berlin``
-masked for a masked language model, after the question ``"Where do I live?"`` for question
-answering. The model loads with the head class its checkpoint declares, or ``AutoModel``.
-
-The CPU runs the same pass in fp32 (the reference, twice) and in bf16 (how far bf16 alone
-drifts); the device is held to what the CPU achieves in bf16 (see ``compare.py``).
-
-Standalone: pasted into ``run.py`` after ``compare.py`` and ``runners/common.py``.
+"""``run_encoder``: a text encoder runs one compiled forward pass on ``"My name is Wolfgang and
+I live in Berlin."`` padded to 128 tokens (``Berlin`` masked for a masked LM; after the question
+``"Where do I live?"`` for question answering), loaded with the head class its checkpoint declares.
+The CPU runs it in fp32 (the reference) and in bf16: the device is held to what bf16 achieves.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import transformers
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.compare import (
+from pytest_neuronsupport.runners import Runner
+from pytest_neuronsupport.runners.lib.compare import (
     Check,
     compare_hidden,
     compare_predictions,
     compare_scores,
 )
-from pytest_neuronsupport.runners.common import (
-    Stopwatch,
-    cached_reference,
-    check_fields,
-    compile_model,
-    device_ops,
-    guarded,
-    head_class,
+from pytest_neuronsupport.runners.lib.models import (
+    compile_forward,
     load_pretrained,
     load_tokenizer,
-    phase,
+    step,
 )
+from pytest_neuronsupport.runners.lib.protocol import Result, phase
+from pytest_neuronsupport.runners.lib.reference import cached_reference
 
-# script: drop-end
+RUNNER = Runner(
+    name="encoder",
+    load_class="the head class its checkpoint declares, or AutoModel",
+    generates=False,
+    architectures=(
+        "ForMaskedLM",
+        "ForSequenceClassification",
+        "ForTokenClassification",
+        "ForQuestionAnswering",
+        "ForMultipleChoice",
+        "Model",
+    ),
+    tasks=(
+        "fill-mask",
+        "token-classification",
+        "text-classification",
+        "question-answering",
+        "zero-shot-classification",
+        "feature-extraction",
+        "sentence-similarity",
+        "text-ranking",
+    ),
+    entries=(
+        ("ForMaskedLM", "run_masked_lm"),
+        ("ForQuestionAnswering", "run_question_answering"),
+        ("ForTokenClassification[one-label]", "run_score"),
+        ("ForTokenClassification", "run_token_classification"),
+        ("ForSequenceClassification[one-label]", "run_score"),
+        ("ForSequenceClassification", "run_sequence_classification"),
+    ),
+    entry="run_hidden_states",
+)
 
 SENTENCE = "My name is Wolfgang and I live in Berlin."
 QUESTION = "Where do I live?"
 MASKED_WORD = "Berlin"
 SEQUENCE_LENGTH = 128
 
-#: What a head predicts, by the suffix of its class name; anything else without logits is
-#: checked on its hidden states.
-HEAD_KINDS = (
-    ("ForMaskedLM", "mask"),
-    ("ForQuestionAnswering", "span"),
-    ("ForTokenClassification", "token"),
-    ("ForSequenceClassification", "class"),
+
+@dataclass
+class Head:
+    """What a kind of head is given, which of its outputs are checked, and by which rule."""
+
+    kind: str  # the rule's name in the row: mask, span, token, class, score or hidden
+    auto_class: Any  # loaded when the checkpoint declares no class transformers defines
+    encode: Callable[[Any], dict[str, torch.Tensor]]  # tokenizer → padded inputs
+    outputs: Callable[[Any, dict[str, torch.Tensor], Any], torch.Tensor]  # (out, inputs, tok)
+    describe: Callable[[torch.Tensor, Any, Any, dict[str, torch.Tensor]], str]  # → notes
+    check: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, str], Check]  # fp32, bf16, dev
+
+
+def run_masked_lm(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """Fill-mask: the word predicted for the masked ``Berlin``."""
+    return forward_and_check(params, ops, MASKED_LM)
+
+
+MASKED_LM = Head(
+    kind="mask",
+    auto_class=transformers.AutoModelForMaskedLM,
+    encode=lambda tok: encode(tok, SENTENCE.replace(MASKED_WORD, tok.mask_token)),
+    outputs=lambda out, enc, tok: out.logits[0][enc["input_ids"][0] == tok.mask_token_id],
+    describe=lambda values, tok, config, enc: (
+        "mask: " + repr(tok.decode(values.argmax(-1).tolist()))
+    ),
+    check=functools.partial(compare_predictions, "mask"),
 )
 
 
-def head_kind(cls: Any, config: Any) -> str:
-    """``mask``, ``span``, ``token``, ``class``, ``score`` (one output) or ``hidden`` (no head)."""
-    for suffix, kind in HEAD_KINDS:
-        if cls.__name__.endswith(suffix):
-            if kind in ("class", "token") and getattr(config, "num_labels", 2) == 1:
-                return "score"
-            return kind
-    return "hidden"
+def run_question_answering(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """Question answering: the answer span's start and end in the sentence."""
+    return forward_and_check(params, ops, QUESTION_ANSWERING)
 
 
-def encode(tokenizer: Any, kind: str) -> dict[str, torch.Tensor]:
-    padding = {"padding": "max_length", "max_length": SEQUENCE_LENGTH, "truncation": True}
-    if kind == "mask":
-        text = SENTENCE.replace(MASKED_WORD, tokenizer.mask_token)
-        return dict(tokenizer(text, return_tensors="pt", **padding))
-    if kind == "span":
-        return dict(tokenizer(QUESTION, SENTENCE, return_tensors="pt", **padding))
-    return dict(tokenizer(SENTENCE, return_tensors="pt", **padding))
+def describe_answer(values: torch.Tensor, tok: Any, config: Any, enc: dict[str, Any]) -> str:
+    start, end = (int(i) for i in values.argmax(-1))
+    ids = enc["input_ids"][0][enc["attention_mask"][0].bool()]
+    return "answer: " + repr(tok.decode(ids[start : end + 1].tolist()))
 
 
-def model_inputs(model: Any, encoded: dict[str, torch.Tensor], device: str) -> dict[str, Any]:
-    """The encoded tensors the model's forward accepts (DistilBERT takes no token_type_ids)."""
-    accepted = inspect.signature(type(model).forward).parameters
-    return {k: v.to(device) for k, v in encoded.items() if k in accepted}
+QUESTION_ANSWERING = Head(
+    kind="span",
+    auto_class=transformers.AutoModelForQuestionAnswering,
+    encode=lambda tok: encode(tok, QUESTION, SENTENCE),
+    outputs=lambda out, enc, tok: torch.stack([out.start_logits[0], out.end_logits[0]])[
+        :, enc["attention_mask"][0].bool()
+    ],
+    describe=describe_answer,
+    check=functools.partial(compare_predictions, "span", labels=["start", "end"]),
+)
 
 
-def outputs_of(kind: str, out: Any, encoded: dict[str, torch.Tensor], tokenizer: Any) -> Any:
-    """The tensor the check compares, on the CPU in fp32: rows of scores, or hidden states."""
-    valid = encoded["attention_mask"][0].bool()
-    if kind == "mask":
-        positions = encoded["input_ids"][0] == tokenizer.mask_token_id
-        return out.logits[0][positions.to(out.logits.device)].float().cpu()
-    if kind == "span":
-        rows = torch.stack([out.start_logits[0], out.end_logits[0]])
-        return rows[:, valid.to(rows.device)].float().cpu()
-    if kind == "token":
-        return out.logits[0][valid.to(out.logits.device)].float().cpu()
-    if kind in ("class", "score"):
-        return out.logits[0:1].float().cpu()
-    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-    return hidden[0][valid.to(hidden.device)].float().cpu()
+def run_token_classification(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """Token classification: each token's label."""
+    return forward_and_check(params, ops, TOKEN_CLASSIFICATION)
 
 
-def forward(model: Any, encoded: dict[str, torch.Tensor], device: str) -> Any:
-    with torch.inference_mode():
-        return model(**model_inputs(model, encoded, device))
+TOKEN_CLASSIFICATION = Head(
+    kind="token",
+    auto_class=transformers.AutoModelForTokenClassification,
+    encode=lambda tok: encode(tok, SENTENCE),
+    outputs=lambda out, enc, tok: out.logits[0][enc["attention_mask"][0].bool()],
+    describe=lambda values, tok, config, enc: (
+        "labels: " + " ".join(str(config.id2label.get(i, i)) for i in values.argmax(-1).tolist())
+    ),
+    check=functools.partial(compare_predictions, "token"),
+)
 
 
-def describe(kind: str, values: torch.Tensor, tokenizer: Any, config: Any, encoded: Any) -> str:
-    """The prediction in words, for the row's notes."""
-    if kind == "mask":
-        return "mask: " + repr(tokenizer.decode(values.argmax(-1).tolist()))
-    if kind == "span":
-        start, end = (int(i) for i in values.argmax(-1))
-        ids = encoded["input_ids"][0][encoded["attention_mask"][0].bool()]
-        return "answer: " + repr(tokenizer.decode(ids[start : end + 1].tolist()))
-    labels = getattr(config, "id2label", None) or {}
-    if kind == "token":
-        return "labels: " + " ".join(str(labels.get(i, i)) for i in values.argmax(-1).tolist())
-    if kind == "class":
-        index = int(values.argmax(-1)[0])
-        return f"class: {labels.get(index, index)}"
-    if kind == "score":
-        return f"score: {float(values.flatten()[0]):.4f}"
-    return f"hidden states: {values.shape[0]} tokens x {values.shape[1]}"
+def run_sequence_classification(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """Sequence classification: the sentence's class."""
+    return forward_and_check(params, ops, SEQUENCE_CLASSIFICATION)
 
 
-def check(kind: str, fp32: Any, bf16: Any, device: Any, dtype: str) -> Check:
-    if kind == "score":
-        return compare_scores(fp32, bf16, device)
-    if kind == "hidden":
-        return compare_hidden(fp32, bf16, device)
-    labels = ["start", "end"] if kind == "span" else None
-    return compare_predictions(kind, fp32, bf16, device, dtype, labels)
+SEQUENCE_CLASSIFICATION = Head(
+    kind="class",
+    auto_class=transformers.AutoModelForSequenceClassification,
+    encode=lambda tok: encode(tok, SENTENCE),
+    outputs=lambda out, enc, tok: out.logits[0:1],
+    describe=lambda values, tok, config, enc: (
+        "class: " + str(config.id2label.get(int(values.argmax(-1)[0]), int(values.argmax(-1)[0])))
+    ),
+    check=functools.partial(compare_predictions, "class"),
+)
 
 
-def reference(
-    cls: Any, params: dict[str, Any], kind: str, encoded: Any, tokenizer: Any
-) -> dict[str, Any]:
-    """CPU fp32 (twice, for reproducibility) and CPU bf16 outputs."""
-    model = load_pretrained(cls, params, "float32", "cpu")
-    fp32 = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
-    again = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
-    del model
-    gc.collect()
-    model = load_pretrained(cls, params, "bfloat16", "cpu")
-    bf16 = outputs_of(kind, forward(model, encoded, "cpu"), encoded, tokenizer)
-    info = {
-        "reference_reproducible": bool(torch.equal(fp32, again)),
-        "reference_max_difference": float((fp32 - again).abs().max()) if fp32.numel() else 0.0,
-    }
-    return {"fp32": fp32, "bf16": bf16, "info": info}
+def run_score(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """A head with one output (a reranker's relevance score): the score."""
+    return forward_and_check(params, ops, SCORE)
 
 
-def run(params: dict[str, Any]) -> dict[str, Any]:
-    ops = device_ops(params["device"])
-    dtype = params["dtype"]
-    phase("load")
-    tokenizer = guarded("FAIL(load)", lambda: load_tokenizer(params))
-    config = guarded(
-        "FAIL(load)",
-        lambda: transformers.AutoConfig.from_pretrained(
+SCORE = Head(
+    kind="score",
+    auto_class=transformers.AutoModelForSequenceClassification,
+    encode=lambda tok: encode(tok, SENTENCE),
+    outputs=lambda out, enc, tok: out.logits[0:1],
+    describe=lambda values, tok, config, enc: f"score: {float(values.flatten()[0]):.4f}",
+    check=lambda fp32, bf16, dev, dtype: compare_scores(fp32, bf16, dev),
+)
+
+
+def run_hidden_states(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """No head: each token's last hidden state."""
+    return forward_and_check(params, ops, HIDDEN_STATES)
+
+
+HIDDEN_STATES = Head(
+    kind="hidden",
+    auto_class=transformers.AutoModel,
+    encode=lambda tok: encode(tok, SENTENCE),
+    outputs=lambda out, enc, tok: (
+        out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    )[0][enc["attention_mask"][0].bool()],
+    describe=lambda values, tok, config, enc: (
+        f"hidden states: {values.shape[0]} tokens x {values.shape[1]}"
+    ),
+    check=lambda fp32, bf16, dev, dtype: compare_hidden(fp32, bf16, dev),
+)
+
+
+def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str, Any]:
+    """Load, compile, one forward pass; then hold its outputs to the CPU's."""
+    with step("load", Result.FAIL_LOAD):
+        tokenizer = load_tokenizer(params)
+        config = transformers.AutoConfig.from_pretrained(
             params["checkpoint"], revision=params.get("revision"), trust_remote_code=False
-        ),
-    )
-    cls = head_class(config, transformers.AutoModel)
-    kind = head_kind(cls, config)
-    encoded = guarded("FAIL(load)", lambda: encode(tokenizer, kind))
-    watch = Stopwatch()
-    ops.reset_peak()
-    model = guarded("FAIL(load)", lambda: load_pretrained(cls, params, dtype, params["device"]))
-    phase("forward")
-    guarded("FAIL(forward)", lambda: compile_model(model, params))
-    out = guarded("FAIL(forward)", lambda: forward(model, encoded, params["device"]))
-    values = outputs_of(kind, out, encoded, tokenizer)
+        )
+        cls = head_class(config, head.auto_class)
+        encoded = head.encode(tokenizer)
+        started = time.perf_counter()
+        ops.reset_peak()
+        model = load_pretrained(cls, params, params["dtype"], params["device"])
+    with step("forward", Result.FAIL_FORWARD):
+        compile_forward(params, model)
+        values = outputs(head, model, encoded, tokenizer, params["device"])
     ops.synchronize()
-    verdict: dict[str, Any] = {
-        "result": "PASS",
-        "wall_s": watch.seconds(),
-        "hbm_peak_gb": ops.peak_gb(),
-        "notes": describe(kind, values, tokenizer, config, encoded)[:300],
+    wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
+    verdict = {
+        "result": Result.PASS,
+        "wall_s": wall_s,
+        "hbm_peak_gb": peak_gb,
         "head": cls.__name__,
     }
-    model = out = None  # free the device copy before the CPU reference loads
+    verdict["notes"] = head.describe(values, tokenizer, config, encoded)[:300]
+    model = None  # free the device's copy before the CPU's loads
     gc.collect()
     phase("reference")
-    key = {
-        "head": cls.__name__,
-        "kind": kind,
-        "encoded": {k: v.tolist() for k, v in sorted(encoded.items())},
-    }
     try:
         ref, verdict["reference_cached"] = cached_reference(
-            params, key, lambda: reference(cls, params, kind, encoded, tokenizer)
+            lambda: cpu_reference(params, head, cls, encoded, tokenizer)
         )
     except Exception as exc:
-        verdict["check"] = {"rule": kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
+        verdict["check"] = {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
         return verdict
-    fp32, bf16, info = ref["fp32"], ref["bf16"], ref["info"]
-    verdict.update(info)
-    if not info["reference_reproducible"]:
-        verdict["check"] = {"rule": kind, "skipped": "CPU reference not reproducible", **info}
+    verdict.update(ref["info"])
+    if not ref["info"]["reference_reproducible"]:
+        verdict["check"] = {"rule": head.kind, "skipped": "CPU reference not reproducible"}
         return verdict
-    result = check(kind, fp32, bf16, values, dtype)
-    verdict.update(check_fields(result))
-    if not result.passed:
-        verdict["result"] = "FAIL(output)"
+    check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])
+    verdict.update(vars(check))
+    if not check.passed:
+        verdict["result"] = Result.FAIL_OUTPUT
     return verdict
+
+
+def head_class(config: Any, default: Any) -> Any:
+    """The transformers class the checkpoint declares in ``architectures``, else ``default``."""
+    names = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
+    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        return cls
+    return default  # never a class of the checkpoint's own code
+
+
+def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
+    """The text (or text pair), padded to 128 tokens."""
+    padding = {"padding": "max_length", "max_length": SEQUENCE_LENGTH, "truncation": True}
+    return dict(tokenizer(*texts, return_tensors="pt", **padding))
+
+
+def outputs(
+    head: Head, model: Any, encoded: dict[str, torch.Tensor], tokenizer: Any, device: str
+) -> torch.Tensor:
+    """One forward pass; the outputs the check compares, on the CPU in fp32."""
+    accepted = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
+    inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
+    with torch.inference_mode():
+        out = model(**inputs)
+    return head.outputs(out, inputs, tokenizer).float().cpu()
+
+
+def cpu_reference(
+    params: dict[str, Any], head: Head, cls: Any, encoded: dict[str, Any], tokenizer: Any
+) -> dict[str, Any]:
+    """The CPU's outputs in fp32 (twice: are they reproducible?) and in bf16."""
+    model = load_pretrained(cls, params, "float32", "cpu")
+    fp32, again = (outputs(head, model, encoded, tokenizer, "cpu") for _ in range(2))
+    model = load_pretrained(cls, params, "bfloat16", "cpu")
+    bf16 = outputs(head, model, encoded, tokenizer, "cpu")
+    difference = float((fp32 - again).abs().max()) if fp32.numel() else 0.0
+    info = {"reference_reproducible": bool(torch.equal(fp32, again))}
+    return {"fp32": fp32, "bf16": bf16, "info": {**info, "reference_max_difference": difference}}

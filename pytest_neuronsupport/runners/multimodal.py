@@ -1,10 +1,8 @@
 """``run_multimodal``: an image-text-to-text model (``AutoModelForImageTextToText``, LLaVA- and
 Qwen-VL-like) generates 32 tokens greedily from an image made here (no download) and the
 prompt ``"The future of AI is"``, sent with the image as a user message through the
-processor's chat template. Static cache, compiled, on one core; compared with the CPU like a
-decoder.
-
-Standalone: pasted into ``run.py`` after ``runners/generation.py``.
+processor's chat template. Static cache, compiled, on one core; its tokens are checked against a
+CPU fp32 run.
 """
 
 from __future__ import annotations
@@ -13,13 +11,31 @@ from typing import Any
 
 import transformers
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.common import guarded
-from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
+from pytest_neuronsupport.runners import Runner
+from pytest_neuronsupport.runners.lib.generation import PROMPT, Generation, generate_and_check
+from pytest_neuronsupport.runners.lib.models import step
+from pytest_neuronsupport.runners.lib.protocol import Result
 
-# script: drop-end
+RUNNER = Runner(
+    name="multimodal",
+    load_class="AutoModelForImageTextToText",
+    generates=True,
+    architectures=("ForImageTextToText", "ForConditionalGeneration[vision]"),
+    tasks=("image-text-to-text",),
+)
 
 IMAGE_SIZE = 224
+
+
+def run(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
+    with step("load", Result.FAIL_LOAD):
+        processor = load_processor(params)
+        inputs = encode(processor)
+    tokenizer = processor.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    gen = Generation(transformers.AutoModelForImageTextToText, inputs, tokenizer)
+    return generate_and_check(params, ops, gen)
 
 
 def make_image() -> Any:
@@ -45,17 +61,3 @@ def encode(processor: Any) -> dict[str, Any]:
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     encoded = processor(images=make_image(), text=text, return_tensors="pt")
     return {k: v for k, v in encoded.items() if hasattr(v, "dtype")}
-
-
-def run(params: dict[str, Any]) -> dict[str, Any] | None:
-    processor = guarded("FAIL(load)", lambda: load_processor(params))
-    inputs = guarded("FAIL(load)", lambda: encode(processor))
-    tokenizer = processor.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    gen = Generation(
-        model_class=transformers.AutoModelForImageTextToText,
-        inputs=inputs,
-        pad_token_id=pad,
-        decode=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True),
-    )
-    return run_generation(params, gen)

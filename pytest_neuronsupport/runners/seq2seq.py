@@ -1,9 +1,7 @@
-"""``run_seq2seq``: an encoder-decoder (``AutoModelForSeq2SeqLM``, T5 and BART families) runs
-its encoder once on ``"The future of AI is"``, then generates 32 tokens greedily from its
-decoder with a static cache, on one core; encoder and decoder are both compiled. Compared with
-the CPU like a decoder.
-
-Standalone: pasted into ``run.py`` after ``runners/generation.py``.
+"""``run_seq2seq``: an encoder-decoder (``AutoModelForSeq2SeqLM``, T5 and BART families) runs its
+encoder once on ``"The future of AI is"``, then generates 32 tokens greedily from its decoder
+with a static cache, on one core; encoder and decoder are both compiled. The tokens are checked
+against a CPU fp32 run.
 """
 
 from __future__ import annotations
@@ -12,26 +10,33 @@ from typing import Any
 
 import transformers
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.common import guarded, load_tokenizer
-from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
+from pytest_neuronsupport.runners import Runner
+from pytest_neuronsupport.runners.lib.generation import PROMPT, Generation, generate_and_check
+from pytest_neuronsupport.runners.lib.models import load_tokenizer, step
+from pytest_neuronsupport.runners.lib.protocol import Result
 
-# script: drop-end
+RUNNER = Runner(
+    name="seq2seq",
+    load_class="AutoModelForSeq2SeqLM",
+    generates=True,
+    architectures=("ForSeq2SeqLM", "ForConditionalGeneration[encoder-decoder]"),
+    tasks=("translation", "summarization", "text2text-generation"),
+)
+
+
+def run(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
+    with step("load", Result.FAIL_LOAD):
+        tokenizer = load_tokenizer(params)
+    encoded = tokenizer(PROMPT, return_tensors="pt")
+    gen = Generation(
+        model_class=transformers.AutoModelForSeq2SeqLM,
+        inputs={k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded},
+        tokenizer=tokenizer,
+        extra_compiled=encoder_of,
+    )
+    return generate_and_check(params, ops, gen)
 
 
 def encoder_of(model: Any) -> list[Any]:
     """The encoder, compiled too: generate() calls it once, outside the model's forward."""
     return [model.get_encoder()]
-
-
-def run(params: dict[str, Any]) -> dict[str, Any] | None:
-    tokenizer = guarded("FAIL(load)", lambda: load_tokenizer(params))
-    encoded = tokenizer(PROMPT, return_tensors="pt")
-    gen = Generation(
-        model_class=transformers.AutoModelForSeq2SeqLM,
-        inputs={k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded},
-        pad_token_id=tokenizer.pad_token_id,
-        decode=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True),
-        extra_compiled=encoder_of,
-    )
-    return run_generation(params, gen)

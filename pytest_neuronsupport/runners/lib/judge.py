@@ -1,25 +1,23 @@
 """The English judge: a small instruct model says whether a generated text is fluent English.
 
-Used when the CPU comparison does not run (several cores, or the CPU run cannot complete). The
-judge (``--neuron-judge``: a Hub id, a local checkpoint or a ``zoo:`` model) runs on the CPU in
-fp32, eagerly. Its prompt is :data:`JUDGE_PROMPT`, sent as a user message through its chat
-template when it has one (else as plain text followed by ``"\\nAnswer:"``), and its decision is
+Used when the CPU comparison does not run (several cores, or the CPU run cannot complete), and
+only when a judge is set: the script's entry then runs ``judged(run)``. The judge
+(``--neuron-judge``: a Hub id, a local checkpoint or a ``zoo:`` model) runs on the CPU in fp32,
+eagerly. Its prompt is :data:`JUDGE_PROMPT`, sent as a user message through its chat template
+when it has one (else as plain text followed by ``"\\nAnswer:"``), and its decision is
 :data:`JUDGE_RULE`: one forward pass, no sampling, no parsing of free text.
-
-Standalone: pasted into ``run.py`` after ``runners/common.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import transformers
 
-# script: drop-begin (package form only: in run.py these names are defined above)
-from pytest_neuronsupport.runners.common import user_message
-
-# script: drop-end
+from pytest_neuronsupport.runners.lib.models import user_message
+from pytest_neuronsupport.runners.lib.protocol import Result, phase
 
 JUDGE_PROMPT = (
     "Is the following text fluent English? Answer with one word, Yes or No.\n\nText: {text}"
@@ -33,7 +31,31 @@ YES = ("Yes", " Yes", "yes")
 NO = ("No", " No", "no")
 
 
+def judged(run: Callable[..., Any]) -> Callable[..., Any]:
+    """The run, then the English judge wherever the CPU comparison did not run."""
+
+    def run_and_judge(params: dict[str, Any], ops: Any) -> Any:
+        verdict = run(params, ops)
+        check = (verdict or {}).get("check") or {}
+        if check.get("rule") != "english":
+            return verdict
+        phase("judge")
+        try:
+            decision = judge_english(params["judge"], verdict["text"])
+        except Exception as exc:
+            check["judge"] = f"the judge could not run: {exc!r}"[:500]
+            return verdict
+        verdict["english"] = decision["english"]
+        check["judge"] = decision
+        if decision["english"] != "Y":
+            verdict["result"] = Result.FAIL_OUTPUT
+        return verdict
+
+    return run_and_judge
+
+
 def first_tokens(tokenizer: Any, words: tuple[str, ...]) -> list[int]:
+    """The first token of each spelling of a word."""
     ids = [tokenizer.encode(w, add_special_tokens=False) for w in words]
     return sorted({i[0] for i in ids if i})
 

@@ -1,0 +1,31 @@
+"""The compiler of a run: a backend name, or a dynamo backend given by import path.
+
+A script whose backend is an import path starts with ``main(imported_backend(PARAMS), ...)``;
+with a registered name, ``torch.compile`` takes it as it is.
+
+Standard library only: the plugin checks ``--neuron-backend`` with the same function before a
+sweep starts (from the folder runs start in), so a typo is one clear error instead of a failure of
+every model.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+from typing import Any
+
+
+def resolve_backend(name: str) -> Any:
+    """A ``torch.compile`` backend: a registered name as it is, or ``module:callable``."""
+    if ":" not in name:
+        return name
+    sys.path.insert(0, os.getcwd())  # a backend of your own is found beside the run
+    module, _, attr = name.partition(":")
+    return functools.reduce(getattr, attr.split("."), importlib.import_module(module))
+
+
+def imported_backend(params: dict[str, Any]) -> dict[str, Any]:
+    """The run's parameters with its backend, given as ``module:callable``, imported."""
+    return {**params, "backend": resolve_backend(params["backend"])}

@@ -1,0 +1,126 @@
+"""The device seen from inside a run: set up when its class is made, peak memory, one core a rank.
+
+Two classes per device: ``<Device>Ops`` for a run on one core, and ``<Device>RankOps`` for a rank
+of a several-core run. The plugin side of each device (how to pin a run, how many cores there
+are) is :mod:`pytest_neuronsupport.devices`, whose ``Device.ops`` and ``Device.rank_ops`` name the
+classes here; a script holds the class its run uses, and nothing of the other devices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import resource
+
+import torch
+
+
+class CpuOps:
+    """The CPU: nothing to set up, reset or wait for; peak memory is the peak resident set."""
+
+    def reset_peak(self) -> None: ...
+    def synchronize(self) -> None: ...
+
+    def peak_gb(self) -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
+class CpuRankOps(CpuOps):
+    """A rank of a several-core CPU run: pinned to its share of the run's CPUs; gloo."""
+
+    @staticmethod
+    def rank_env(rank: int, world: int) -> dict[str, str]:
+        """Environment of rank ``rank`` before it starts (its runtime reads it at start)."""
+        return {}
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        allowed = sorted(os.sched_getaffinity(0))
+        share = max(1, len(allowed) // world)
+        mine = allowed[rank * share : (rank + 1) * share] or allowed
+        os.sched_setaffinity(0, mine)
+        torch.set_num_threads(len(mine))
+        init_process_group("gloo")
+
+    def rank_device(self, rank: int) -> str:
+        """Where a rank's inputs go."""
+        return "cpu"
+
+
+class CudaOps:
+    """A CUDA GPU: peak memory is the most torch allocated on it."""
+
+    def __init__(self) -> None:
+        torch.cuda.init()  # type: ignore[no-untyped-call]
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def peak_gb(self) -> float:
+        return float(torch.cuda.max_memory_allocated()) / 1e9
+
+
+class CudaRankOps(CudaOps):
+    """A rank of a several-GPU run: one GPU a rank (the rank-th visible one); nccl."""
+
+    @staticmethod
+    def rank_env(rank: int, world: int) -> dict[str, str]:
+        return {}
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        torch.cuda.set_device(rank)
+        init_process_group("nccl")
+
+    def rank_device(self, rank: int) -> str:
+        return f"cuda:{rank}"
+
+
+class NeuronOps:
+    """TorchNeuron: importing torch_neuronx registers the ``neuron`` device and backend; peak
+    memory from ``torch.neuron``'s counters."""
+
+    def __init__(self) -> None:
+        importlib.import_module("torch_neuronx")
+
+    def reset_peak(self) -> None:
+        torch.neuron.reset_peak_memory_stats()  # type: ignore[attr-defined]
+
+    def synchronize(self) -> None:
+        torch.neuron.synchronize()  # type: ignore[attr-defined]
+
+    def peak_gb(self) -> float:
+        return float(torch.neuron.max_memory_allocated()) / 1e9  # type: ignore[attr-defined]
+
+
+class NeuronRankOps(NeuronOps):
+    """A rank of a several-core Neuron run: one logical NeuronCore a rank; the neuron backend."""
+
+    @staticmethod
+    def rank_env(rank: int, world: int) -> dict[str, str]:
+        """The rank-th core of the run's ``NEURON_RT_VISIBLE_CORES``."""
+        cores = expand_ranges(os.environ.get("NEURON_RT_VISIBLE_CORES", ""))
+        return {"NEURON_RT_VISIBLE_CORES": str(cores[rank])} if len(cores) >= world else {}
+
+    def setup_rank(self, rank: int, world: int) -> None:
+        init_process_group("neuron")
+
+    def rank_device(self, rank: int) -> str:
+        return "neuron"
+
+
+def init_process_group(backend: str) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+
+
+def expand_ranges(text: str) -> list[int]:
+    """``"0-3"`` → ``[0, 1, 2, 3]``; ``"1,3"`` → ``[1, 3]`` (NEURON_RT_VISIBLE_CORES syntax)."""
+    cores: list[int] = []
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        cores.extend(range(int(first), int(last or first) + 1))
+    return cores

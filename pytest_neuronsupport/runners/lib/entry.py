@@ -1,0 +1,53 @@
+"""The script's entry: run the model, turn a classified failure into its verdict, write it.
+
+``main`` runs one model in this process; ``main_ranks`` is the entry of a several-core run. The
+script exits 0 whenever the run was classified; an exception that escapes the runner is a crash:
+the process exits non-zero and the plugin classifies it FAIL(other) from the exit status and the
+tail of the output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_neuronsupport.runners.lib.models import RunFailure
+from pytest_neuronsupport.runners.lib.protocol import write_verdict
+from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
+
+
+def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
+    """Run one model and write its verdict (``--result PATH``)."""
+    write_verdict(attempt(params, run, ops_class), sys.argv[1:])
+    return 0
+
+
+def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
+    """Several cores: launch one rank per core, or be one (``RANK`` set). Rank 0 reports; another
+    rank that fails writes its failure for the launcher, and exits non-zero."""
+    rank = os.environ.get("RANK")
+    if rank is None:
+        return launch_ranks(params, ops_class, sys.argv[1:])
+    if rank == "0":
+        return main(params, run, ops_class)
+    failure = attempt(params, run, ops_class)
+    if failure is None:
+        return 0
+    with open(os.environ[RANK_VERDICT_ENV], "w", encoding="utf-8") as f:
+        json.dump(failure, f)
+    return 3
+
+
+def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:
+    """Set the device up and run the model; a classified failure becomes the verdict."""
+    torch.manual_seed(0)
+    ops = ops_class()  # sets the device up
+    try:
+        return run(params, ops)
+    except RunFailure as failure:
+        return {"result": failure.result, "error": failure.error}

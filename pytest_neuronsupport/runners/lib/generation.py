@@ -1,0 +1,152 @@
+"""What every generating runner shares: 32 greedy tokens from ``"The future of AI is"`` with a
+static cache, compiled, and their check.
+
+A runner (dense, dense_ep, seq2seq, multimodal) describes its model in a :class:`Generation` and
+calls :func:`generate_and_check` on one core: the tokens are held against a CPU fp32 run's. On
+several cores each rank calls :func:`generate_on_ranks` with its share of the model. Where the
+CPU comparison does not run (several cores, or a CPU run that cannot complete), the verdict says
+so, and the English judge (:mod:`~pytest_neuronsupport.runners.lib.judge`) decides when one is
+set.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pytest_neuronsupport.runners.lib.compare import compare_tokens
+from pytest_neuronsupport.runners.lib.models import (
+    compile_forward,
+    load_pretrained,
+    step,
+    torch_dtype,
+)
+from pytest_neuronsupport.runners.lib.protocol import Result, phase
+from pytest_neuronsupport.runners.lib.reference import cached_reference
+
+PROMPT = "The future of AI is"
+NEW_TOKENS = 32
+
+
+@dataclass
+class Generation:
+    """One generating model: its class, its inputs (CPU tensors), the tokenizer of its tokens."""
+
+    model_class: Any
+    inputs: dict[str, torch.Tensor]
+    tokenizer: Any
+    extra_compiled: Callable[[Any], list[Any]] = lambda model: []  # e.g. a seq2seq's encoder
+    prefill_chunk: int | None = None  # None: prefill in one pass
+
+
+def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dict[str, Any]:
+    """One core: load, compile, generate; then hold the tokens against the CPU's."""
+    device = params["device"]
+    load = functools.partial(load_pretrained, gen.model_class, params, params["dtype"], device)
+    verdict = generate(params, ops, gen, load, device)
+    gc.collect()  # the device's copy of the model is gone: room for the CPU's
+    phase("reference")
+    try:
+        ref, verdict["reference_cached"] = cached_reference(lambda: cpu_reference(params, gen))
+    except Exception as exc:
+        return unchecked(verdict, f"the CPU run failed: {exc!r}"[:500])
+    verdict.update(ref["info"])
+    if not ref["info"]["reference_reproducible"]:
+        return unchecked(verdict, "the CPU reference is not reproducible")
+    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"])
+    verdict.update(vars(check))
+    if not check.passed:
+        verdict["result"] = Result.FAIL_OUTPUT
+    return verdict
+
+
+def generate_on_ranks(
+    params: dict[str, Any], ops: Any, gen: Generation, sharding: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Several cores, in each rank: load this rank's shard, compile, generate; the verdict on
+    rank 0 (the English judge, if one is set, decides), None on the others."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ops.setup_rank(rank, world)
+    load = functools.partial(load_sharded, gen.model_class, params, sharding)
+    verdict = generate(params, ops, gen, load, ops.rank_device(rank))
+    return unchecked(verdict, f"the run used {world} cores") if rank == 0 else None
+
+
+def generate(
+    params: dict[str, Any], ops: Any, gen: Generation, load: Callable[[], Any], device: str
+) -> dict[str, Any]:
+    """Load (timed, peak memory counted), compile and generate: the verdict so far."""
+    started = time.perf_counter()
+    ops.reset_peak()
+    with step("load", Result.FAIL_LOAD):
+        model = load()
+    with step("gen", Result.FAIL_GEN):
+        compile_forward(params, model, *gen.extra_compiled(model))
+        tokens, _ = greedy(model, gen, device)
+    ops.synchronize()
+    text = gen.tokenizer.decode(tokens, skip_special_tokens=True)
+    wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
+    verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb, "tokens": tokens}
+    return {**verdict, "notes": text[:300], "text": text}
+
+
+def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.Tensor]:
+    """32 greedy new tokens with a static cache, and the scores each was chosen from."""
+    dtype, items = next(model.parameters()).dtype, gen.inputs.items()
+    inputs = {k: v.to(device, dtype if v.is_floating_point() else v.dtype) for k, v in items}
+    chunking = {"prefill_chunk_size": gen.prefill_chunk} if gen.prefill_chunk else {}
+    with torch.no_grad():  # not inference_mode: sharded (DTensor) weights need version counters
+        out = model.generate(
+            **inputs,
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            cache_implementation="static",
+            disable_compile=True,  # we compiled forward ourselves, with the chosen backend
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=gen.tokenizer.pad_token_id,
+            **chunking,
+        )
+    steps = len(out.scores)
+    tokens = out.sequences[0, out.sequences.shape[1] - steps :].tolist()
+    scores = torch.stack([s[0] for s in out.scores]).float().cpu()
+    return tokens, scores
+
+
+def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
+    """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed."""
+    model = load_pretrained(gen.model_class, params, "float32", "cpu")
+    tokens, scores = greedy(model, gen, "cpu")
+    again, scores_again = greedy(model, gen, "cpu")
+    same_shape = scores.shape == scores_again.shape
+    difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
+    info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
+    return {"tokens": tokens, "scores": scores, "info": info}
+
+
+def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, Any]) -> Any:
+    """This rank's share of the model (``DistributedConfig(**sharding)``), in the run's dtype."""
+    from transformers.distributed import DistributedConfig  # type: ignore[attr-defined]
+
+    model = model_class.from_pretrained(
+        params["checkpoint"],
+        revision=params.get("revision"),
+        dtype=torch_dtype(params["dtype"]),
+        trust_remote_code=False,
+        distributed_config=DistributedConfig(**sharding),
+    )
+    return model.eval()
+
+
+def unchecked(verdict: dict[str, Any], why: str) -> dict[str, Any]:
+    """The CPU comparison did not run (``why``): an English judge, if one is set, decides."""
+    verdict["check"] = {"rule": "english", "cpu_comparison": why}
+    verdict["check"]["judge"] = "none configured: the output check could not run"
+    return verdict

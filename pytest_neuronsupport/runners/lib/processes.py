@@ -1,0 +1,36 @@
+"""Processes: dying with the parent, and how a process ended, in words.
+
+Standard library only: both sides use it (the plugin watching a run, a run watching its ranks).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+#: prctl(2) option: the signal a process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when the process that started it dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def signal_name(returncode: int | None) -> str | None:
+    """``-11`` → ``"SIGSEGV"``; None for a process that exited (or has not)."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def exit_description(returncode: int) -> str:
+    """``"was killed by SIGSEGV"`` or ``"exited with status 3"``."""
+    name = signal_name(returncode)
+    return f"was killed by {name}" if name else f"exited with status {returncode}"
