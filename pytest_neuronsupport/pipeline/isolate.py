@@ -1,4 +1,4 @@
-"""Running one ``run.py`` isolated, and classifying what happened to it.
+"""Step 5, isolate: run one ``run.py`` in a process of its own, and watch it.
 
 Each model runs in a process of its own, in a session of its own (so a hang is stopped with
 everything it started), and dies with the process that watches it (``PR_SET_PDEATHSIG``), so a
@@ -14,14 +14,12 @@ killed worker leaves no run behind. Two ways to get that process:
 
 Both watch the run: past the timeout, or past the memory limit (the resident memory of every
 process in its session), it is stopped. Whatever the process does, the executor returns an
-:class:`Outcome` and :func:`classify` turns it into the verdict fields of a row: the script's
-own verdict when it wrote one, FAIL(other) with the reason when it did not.
+:class:`Outcome`: how the process ended, the tail of its output, the verdict it wrote if any
+(:mod:`~pytest_neuronsupport.pipeline.classify` turns it into the fields of a row).
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
 import multiprocessing
 import os
 import signal
@@ -33,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_neuronsupport.results import COLUMNS
+from pytest_neuronsupport.runners.lib.processes import die_with_parent, signal_name
+from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK, read_verdict
 
-PHASE_MARK = "[neuronsupport] phase:"
 TAIL_CHARS = 4000
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 GRACE_S = 5.0
@@ -59,7 +57,6 @@ PRELOAD = (
     "transformers.models.auto.tokenization_auto",
     "transformers.processing_utils",
 )
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -79,12 +76,7 @@ class Outcome:
 
     @property
     def signal_name(self) -> str | None:
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
+        return signal_name(self.returncode)
 
     @property
     def phase(self) -> str | None:
@@ -125,14 +117,6 @@ def tail(path: Path, chars: int = TAIL_CHARS) -> str:
         return ""
 
 
-def read_verdict(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def session_rss_bytes(sid: int) -> int:
     """Resident memory of every process in session ``sid`` (a run and all it started)."""
     page = os.sysconf("SC_PAGE_SIZE")
@@ -149,15 +133,6 @@ def session_rss_bytes(sid: int) -> int:
         if int(fields[3]) == sid:
             total += int(fields[21]) * page
     return total
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the process that started it dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
 
 
 def _signal_group(pid: int, sig: int) -> bool:
@@ -210,7 +185,7 @@ def _watch(
         returncode=returncode(),
         timed_out=timed_out,
         wall_s=round(time.monotonic() - started_at, 3),
-        verdict=None if timed_out or reason else read_verdict(request.verdict_path),
+        verdict=None if timed_out or reason else read_verdict(str(request.verdict_path)),
         log_tail=tail(request.log_path),
         timeout_s=request.timeout_s,
         reason=reason,
@@ -353,65 +328,3 @@ ISOLATIONS: dict[str, type[SubprocessExecutor] | type[ForkServerExecutor]] = {
     "fork": ForkServerExecutor,
     "fresh": SubprocessExecutor,
 }
-
-
-# --- classification ---------------------------------------------------------------------------
-
-
-def _traceback_line(text: str) -> str | None:
-    """The exception line of the last Python traceback in ``text``, if any."""
-    lines = text.strip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("Traceback (most recent call last)"):
-            after = [ln for ln in lines[i + 1 :] if ln and not ln.startswith((" ", "\t"))]
-            return after[-1] if after else None
-    return None
-
-
-def verdict_fields(verdict: Mapping[str, Any]) -> dict[str, Any]:
-    """Row fields from a script's verdict: columns as they are, everything else (the numbers
-    that decided it, the tokens...) folded into the ``check`` column's JSON object."""
-    fields = {k: v for k, v in verdict.items() if k in COLUMNS and k != "check"}
-    details = dict(verdict.get("check") or {})
-    details.update({k: v for k, v in verdict.items() if k not in COLUMNS})
-    fields["check"] = json.dumps(details, sort_keys=True, default=str) if details else None
-    return fields
-
-
-def _reason(outcome: Outcome) -> str:
-    """Why a run ended without a verdict (or how its process ended after one)."""
-    where = f" during {outcome.phase}" if outcome.phase else ""
-    if outcome.reason:
-        return outcome.reason + where
-    if outcome.timed_out:
-        return f"timed out after {outcome.timeout_s:g} s{where}"
-    if outcome.signal_name:
-        oom = " (out of memory?)" if outcome.signal_name == "SIGKILL" else ""
-        return f"killed by {outcome.signal_name}{where}{oom}"
-    reason = f"exited with status {outcome.returncode}{where}"
-    line = _traceback_line(outcome.log_tail)
-    return f"{reason}: {line}" if line else reason
-
-
-def classify(outcome: Outcome) -> dict[str, Any]:
-    """Row fields for an outcome: the script's verdict, or FAIL(other) with the reason.
-
-    A verdict the script wrote stands even if its process then died on the way out (some
-    runtimes crash at exit); that death is noted in ``check``.
-    """
-    if outcome.verdict is not None and not outcome.timed_out and not outcome.reason:
-        fields = verdict_fields(outcome.verdict)
-        if fields.get("result") == "FAIL(other)" and outcome.log_tail:  # e.g. a rank died
-            fields["error"] = f"{fields.get('error')}\n--- output tail ---\n{outcome.log_tail}"
-        if outcome.returncode != 0:
-            details = json.loads(fields["check"] or "{}")
-            details["exit_after_verdict"] = _reason(outcome)
-            fields["check"] = json.dumps(details, sort_keys=True)
-        return fields
-    reason = _reason(outcome)
-    return {
-        "result": "FAIL(other)",
-        "notes": reason,
-        "error": f"{reason}\n--- output tail ---\n{outcome.log_tail}",
-        "wall_s": outcome.wall_s,
-    }

@@ -1,122 +1,23 @@
-"""Cores: how many a model needs, and leasing them to runs across pytest-xdist workers.
+"""Step 4, lease: the device's cores, shared by every run on this machine.
 
-**Sizing.** A model needs the smallest power of two of cores whose memory holds its weights
-in bf16 (2 bytes a parameter). The parameter count comes from the safetensors headers (no
-weights are read) or, failing that, from the config through ``transformers`` on the meta
-device.
-
-**Leasing.** The device's cores are one shared resource between the workers of a sweep. A
-:class:`CoreAllocator` keeps the leases in a small JSON file guarded by a ``filelock``: each
-lease is a contiguous range aligned to its size (a 2-core model gets 0-1 or 2-3, never 1-2),
-and names the processes holding it. A lease whose processes are all dead is reclaimed, so a
-killed worker or run never keeps its cores.
+The cores are one shared resource between the workers of a sweep (and the sweeps of a machine
+that share a cache). A :class:`CoreAllocator` keeps the leases in a small JSON file guarded by a
+``filelock``: each lease is a contiguous range aligned to its size (a 2-core model gets 0-1 or
+2-3, never 1-2), and names the processes holding it. A lease whose processes are all dead is
+reclaimed, so a killed worker or run never keeps its cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import filelock
-
-BF16_BYTES = 2
-_DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-}
-
-
-# --- sizing ---------------------------------------------------------------------------------
-
-
-def safetensors_parameters(path: Path) -> int:
-    """Number of parameters in one ``.safetensors`` file, from its header alone."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > 100_000_000:
-            raise ValueError(f"{path}: implausible safetensors header length {length}")
-        header = json.loads(f.read(length))
-    count = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        numel = 1
-        for dim in entry["shape"]:
-            numel *= int(dim)
-        count += numel
-    return count
-
-
-def checkpoint_parameters(checkpoint: Path) -> int | None:
-    """Parameters of a local checkpoint from its safetensors headers, or None if it has none."""
-    files = sorted(checkpoint.glob("*.safetensors"))
-    if not files:
-        return None
-    return sum(safetensors_parameters(f) for f in files)
-
-
-def config_parameters(config: dict[str, Any]) -> int:
-    """Parameters of the model ``config`` declares (its ``architectures``, else ``AutoModel``),
-    built on the meta device: no memory, no weights."""
-    import torch
-    import transformers
-
-    cfg = transformers.AutoConfig.for_model(**config)
-    names = config.get("architectures") or []
-    cls = getattr(transformers, names[0], None) if names and str(names[0]).isidentifier() else None
-    with torch.device("meta"):
-        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-            model = cls._from_config(cfg)  # type: ignore[no-untyped-call]
-        else:
-            model = transformers.AutoModel.from_config(cfg)  # type: ignore[no-untyped-call]
-    return sum(p.numel() for p in model.parameters())
-
-
-def weight_bytes(checkpoint: str, config: dict[str, Any] | None) -> int | None:
-    """bf16 bytes of a checkpoint's weights, or None when neither source can tell."""
-    local = Path(checkpoint)
-    count = None
-    if local.is_dir():
-        try:
-            count = checkpoint_parameters(local)
-        except (OSError, ValueError, KeyError, TypeError, struct.error):
-            count = None  # a damaged file: from_pretrained will say so, as FAIL(load)
-    if count is None and config is not None:
-        try:
-            count = config_parameters(config)
-        except Exception:
-            return None
-    return None if count is None else count * BF16_BYTES
-
-
-def cores_needed(weight_bytes: int, core_capacity_gb: float) -> int:
-    """The smallest power of two of cores whose memory holds ``weight_bytes``."""
-    if core_capacity_gb <= 0:
-        raise ValueError("core capacity must be positive")
-    cores = 1
-    while cores * core_capacity_gb * 1e9 < weight_bytes:
-        cores *= 2
-    return cores
-
-
-# --- leasing --------------------------------------------------------------------------------
 
 
 def pid_alive(pid: int) -> bool:

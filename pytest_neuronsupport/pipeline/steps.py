@@ -1,0 +1,272 @@
+"""One model's test, step by step: plan, size, render, skip if unchanged, lease, isolate,
+classify, and the row it comes to.
+
+:meth:`Pipeline.test` takes a list entry and returns :class:`Tested` (a row to record) or
+:class:`NotRun` (the model is skipped without a row: its ``run.py`` is the one recorded, or the
+sweep's ``--neuron-limit`` is reached). Whatever goes wrong on the way, in the model's run or in
+this code, the model gets its row. Nothing here knows pytest: the session and the items call it.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport.dataset import layout
+from pytest_neuronsupport.dataset.schema import row_to_json, validate_row
+from pytest_neuronsupport.dataset.store import find_row
+from pytest_neuronsupport.hookspec import Hooks
+from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.options import Settings
+from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.pipeline.budget import Budget
+from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
+from pytest_neuronsupport.pipeline.leases import CoreAllocator
+from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
+from pytest_neuronsupport.pipeline.reference import reference_file
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.sizing import size
+from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.stack import LIBRARY
+
+
+@dataclass(frozen=True)
+class Tested:
+    """A model's row (JSON form: what a report carries and a journal stores), and its script."""
+
+    row: dict[str, Any]
+    run_py: Path | None = None
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A model skipped without a row."""
+
+    reason: str
+    #: Its ``run.py`` is the one recorded (else: the sweep's limit is reached).
+    unchanged: bool = False
+
+
+class Pipeline:
+    """The test of one model at a time, with one sweep's settings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runners: Runners,
+        stack: dict[str, str | None],
+        sweep_id: str,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.settings = settings
+        self.runners = runners
+        self.stack = stack
+        self.sweep_id = sweep_id
+        self.hooks = hooks or Hooks()
+        self._executor: Executor | None = None
+
+    # --- where things go ----------------------------------------------------------------------
+
+    @property
+    def compiler(self) -> tuple[str, str]:
+        return self.settings.device.compiler(self.settings.backend)
+
+    @property
+    def library_version(self) -> str:
+        return self.stack.get("library_version") or "unknown"
+
+    @property
+    def pair(self) -> str:
+        """The dataset file this sweep writes, relative to ``<results>/data``."""
+        return layout.pair_relpath(*self.compiler, LIBRARY, self.library_version)
+
+    @cached_property
+    def budget(self) -> Budget:
+        return Budget(self.settings.limit, self.settings.results / ".sweeps", self.sweep_id)
+
+    @cached_property
+    def allocator(self) -> CoreAllocator:
+        """Leases of this machine's cores of the device, shared by every sweep on it."""
+        device = self.settings.device
+        return CoreAllocator(
+            self.settings.cache / "leases" / f"{device.name}.json", device.core_count()
+        )
+
+    @property
+    def executor(self) -> Executor:
+        """The fork server starts with the first run: a sweep that runs nothing never pays."""
+        if self._executor is None:
+            self._executor = ISOLATIONS[self.settings.isolation]()
+        return self._executor
+
+    @cached_property
+    def judge(self) -> str | None:
+        """The English judge's checkpoint (a zoo model is built on first use)."""
+        value = self.settings.judge
+        if value is None:
+            return None
+        folder = self.settings.workdir / value
+        if not value.startswith(ZOO_PREFIX) and folder.is_dir():
+            return str(folder.resolve())
+        return resolve_checkpoint(value, None, self.settings.cache)[0]
+
+    # --- the test of one model ------------------------------------------------------------------
+
+    def test(self, spec: ModelSpec) -> Tested | NotRun:
+        """Plan, size, render, run and classify one model."""
+        if self.budget.exhausted():
+            return NotRun(f"--neuron-limit {self.settings.limit} reached")
+        row = self.base_row(spec)
+        try:
+            tested = self._test(spec, row)
+        except Exception:  # a bug of ours must not cost the model its row
+            error = traceback.format_exc()
+            why = f"pytest-neuronsupport could not run it: {error.strip().splitlines()[-1]}"
+            tested = Tested({**row, **classify.crashed(why, error)})
+        return tested if isinstance(tested, NotRun) else self.decided(tested, spec)
+
+    def _test(self, spec: ModelSpec, row: dict[str, Any]) -> Tested | NotRun:
+        s = self.settings
+        planned = size(
+            plan(spec, s.cache, self.runners),
+            max_cores=s.max_cores,
+            device_cores=s.device.core_count(),
+            core_capacity_gb=s.core_capacity_gb,
+        )
+        if planned.exclusion is not None:
+            return Tested({**row, **classify.excluded(planned.exclusion)})
+        if planned.load_error is not None or planned.runner is None:
+            if not self.budget.take():
+                return NotRun(f"--neuron-limit {s.limit} reached")
+            return Tested({**row, **classify.load_failed(str(planned.load_error))})
+        text = render(*self.script(planned), self.stack)
+        unchanged = self.unchanged(spec.id, sha256(text))
+        if unchanged is not None:
+            return NotRun(unchanged, unchanged=True)
+        if not self.budget.take():
+            return NotRun(f"--neuron-limit {s.limit} reached")
+        run_py = layout.run_dir(s.results, self.pair, spec.id) / "run.py"
+        run_py.parent.mkdir(parents=True, exist_ok=True)
+        run_py.write_text(text, encoding="utf-8")
+        fields = classify.ran(self.execute(planned, run_py))
+        fields.update(
+            runner=planned.runner.column,
+            neuron_cores=planned.cores,
+            hbm_capacity_gb=round(s.core_capacity_gb * planned.cores, 6),
+            run_py=text,
+            run_py_sha256=sha256(text),
+        )
+        return Tested({**row, **fields}, run_py)
+
+    def base_row(self, spec: ModelSpec) -> dict[str, Any]:
+        """The fields of a model's row known before it runs."""
+        compiler, version = self.compiler
+        return {
+            "model_id": spec.id,
+            "library": LIBRARY,
+            "selection_rank": spec.selection_rank,
+            "task": spec.task,
+            "revision": spec.revision,
+            "device": self.settings.device.name,
+            "backend": self.settings.backend,
+            "compiler": compiler,
+            "compiler_version": version,
+            "dtype": self.settings.dtype,
+            "tested_at": datetime.now(UTC).isoformat(),
+            **self.stack,
+        }
+
+    def script(self, planned: Plan) -> tuple[RunParams, ScriptPlan]:
+        """What the model's ``run.py`` is made of: its parameters and its code."""
+        s, runner = self.settings, planned.runner
+        assert runner is not None
+        judged = runner.generates and self.judge is not None
+        params = RunParams(
+            model_id=planned.spec.id,
+            checkpoint=planned.checkpoint,
+            runner=runner.name,
+            device=s.device.name,
+            backend=s.backend,
+            dtype=s.dtype,
+            fullgraph=s.device.fullgraph,
+            cores=planned.cores,
+            revision=planned.spec.revision,
+            prefill_chunk=s.prefill_chunk if runner.generates else None,
+            judge=self.judge if judged else None,
+        )
+        several = planned.cores > 1
+        code = ScriptPlan(
+            runner_module=runner.module,
+            runner_entry=runner.entry_for(planned.config, planned.cores),
+            entry="main_ranks" if several else "main",
+            ops_class=s.device.rank_ops if several else s.device.ops,
+            runner_column=runner.column,
+            judged=judged,
+            imported_backend=":" in s.backend,
+        )
+        return params, code
+
+    def unchanged(self, model_id: str, sha: str) -> str | None:
+        """Why a model is not run again: its run.py is the one recorded for it in this pair."""
+        if self.settings.rerun:
+            return None
+        recorded = find_row(self.settings.results, self.pair, model_id)
+        if recorded is None or recorded["run_py_sha256"] != sha:
+            return None
+        when = recorded["tested_at"].isoformat(timespec="seconds") if recorded["tested_at"] else "?"
+        return f"unchanged since {when} ({recorded['result']}); --neuron-rerun runs it again"
+
+    def execute(self, planned: Plan, run_py: Path) -> Outcome:
+        """Lease the cores, run the script isolated and pinned, and wait for it."""
+        s = self.settings
+        with self.allocator.lease(planned.cores) as lease:
+            env = dict(os.environ)
+            env.update(s.device.run_env(s.cache))
+            env.update(s.device.pin_env(lease.cores))
+            env.pop(REFERENCE_ENV, None)
+            reference = reference_file(s.cache / "references", planned, self.stack)
+            if reference is not None:
+                reference.parent.mkdir(parents=True, exist_ok=True)
+                env[REFERENCE_ENV] = str(reference)
+            for name, value in (("PYTHONUNBUFFERED", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+                env.setdefault(name, value)
+            env.setdefault("TOKENIZERS_PARALLELISM", "false")
+            request = RunRequest(
+                script=run_py,
+                cwd=s.workdir,
+                env=env,
+                verdict_path=run_py.parent / "verdict.json",
+                log_path=run_py.parent / "output.log",
+                timeout_s=s.timeout_s,
+                max_memory_gb=s.max_memory_gb,
+                cpus=s.device.cpus(lease.cores),
+            )
+
+            def started(pid: int) -> None:
+                self.allocator.add_pid(lease, pid)  # the run holds the lease too
+
+            return self.executor.run(request, started=started)
+
+    def decided(self, tested: Tested, spec: ModelSpec) -> Tested:
+        """The row as recorded: users' hooks may replace its result and change its fields; it
+        must then fit the dataset's schema."""
+        row = tested.row
+        try:
+            verdict = self.hooks.verdict(row, spec)
+            if verdict is not None:
+                classify.overridden(row, verdict, "pytest_neuronsupport_verdict")
+            self.hooks.row(row, spec)
+            return Tested(row_to_json(validate_row(row)), tested.run_py)
+        except Exception as exc:
+            why = f"its row could not be recorded: {type(exc).__name__}: {exc}"
+            return Tested(classify.unrecordable(row, why), tested.run_py)
+
+    def crashed(self, spec: ModelSpec, why: str) -> dict[str, Any]:
+        """The row of a model whose process died while running it (an xdist worker)."""
+        return row_to_json(validate_row({**self.base_row(spec), **classify.crashed(why)}))
