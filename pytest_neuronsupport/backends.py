@@ -4,16 +4,17 @@ instead of a FAIL(gen) for every model.
 A backend is a name registered with ``torch.compile`` (``inductor``, ``aot_eager``, ``neuron``
 once TorchNeuron is imported...) or an import path ``package.module:callable`` of a custom
 dynamo backend, imported with the folder pytest was invoked from on ``sys.path``, as ``run.py``
-does (that folder is its working directory).
+does (that folder is its working directory), by the same function.
 """
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
 from pathlib import Path
 
 from pytest_neuronsupport.devices import Device
+from pytest_neuronsupport.runners.lib.backend import resolve_backend
 
 #: Backends every torch release registers: accepted without importing torch (seconds).
 BUILTIN = frozenset({"inductor", "aot_eager", "eager", "cudagraphs"})
@@ -37,18 +38,15 @@ def _check_import_path(name: str, workdir: Path) -> str | None:
     module_name, _, attr = name.partition(":")
     if not module_name or not attr:
         return f"{name!r}: an import path is written package.module:callable"
-    added = str(workdir) not in sys.path
-    if added:
-        sys.path.insert(0, str(workdir))
+    saved, cwd = list(sys.path), os.getcwd()
     try:
-        obj: object = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        os.chdir(workdir)
+        backend = resolve_backend(name)
     except Exception as exc:
         return f"cannot import {name!r}: {type(exc).__name__}: {exc}"
     finally:
-        if added:
-            sys.path.remove(str(workdir))
-    if not callable(obj):
+        os.chdir(cwd)
+        sys.path[:] = saved
+    if not callable(backend):
         return f"{name!r} is not callable"
     return None

@@ -11,8 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_neuronsupport import __version__, zoo
-from pytest_neuronsupport.plugin import default_cache
+from pytest_neuronsupport import __version__, options, zoo
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,12 +23,7 @@ def parser() -> argparse.ArgumentParser:
     zoo_sub.add_parser("list", help="list the tiny models")
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
-    build.add_argument(
-        "--cache",
-        type=Path,
-        default=None,
-        help="cache folder, as --neuron-cache (default: ~/.cache/pytest-neuronsupport)",
-    )
+    options.add_options(build.add_argument, ["cache"], prefix="--")  # as --neuron-cache
     return p
 
 
@@ -41,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"zoo:{name:<18} {model.architecture:<36} {model.task:<22} {model.description}")
         return 0
     if args.command == "zoo" and args.zoo_command == "build":
-        cache = (args.cache or default_cache()).resolve()
+        cache = (Path(args.cache) if args.cache else options.default_cache()).resolve()
         names = args.names or zoo.names()
         unknown = [n for n in names if n not in zoo.names()]
         if unknown:

@@ -1,8 +1,10 @@
 """The device interface, plugin side: which device, which compiler, how many cores, how to pin.
 
 Three implementations: ``neuron`` (TorchNeuron on Trainium), ``cuda`` and ``cpu``. The run side
-(moving tensors, synchronising, reading peak memory inside ``run.py``) is the matching class in
-:mod:`pytest_neuronsupport.runners.common`. Nothing else in the package asks which device it is.
+(setting the device up, reading peak memory, one core per rank inside ``run.py``) is the pair of
+classes each device names in ``ops`` and ``rank_ops``, in
+:mod:`pytest_neuronsupport.runners.lib.device_ops` (they import torch, which the plugin side does
+not). Nothing else in the package asks which device it is.
 
 Detection is cheap: no torch import unless a CUDA driver is present.
 """
@@ -52,6 +54,9 @@ class Device:
     default_dtype: str
     #: torch.compile(fullgraph=...) for the device run.
     fullgraph: bool
+    #: The run side: its class for a run on one core, and for a rank of a several-core run.
+    ops: str
+    rank_ops: str
 
     def available(self) -> bool:
         raise NotImplementedError
@@ -93,6 +98,8 @@ class NeuronDevice(Device):
     default_backend: str = "neuron"
     default_dtype: str = "bfloat16"
     fullgraph: bool = True
+    ops: str = "NeuronOps"
+    rank_ops: str = "NeuronRankOps"
 
     def available(self) -> bool:
         return importlib.util.find_spec("torch_neuronx") is not None and bool(
@@ -130,6 +137,8 @@ class CudaDevice(Device):
     default_backend: str = "inductor"
     default_dtype: str = "bfloat16"
     fullgraph: bool = False
+    ops: str = "CudaOps"
+    rank_ops: str = "CudaRankOps"
 
     def available(self) -> bool:
         if not (Path("/proc/driver/nvidia").exists() or glob.glob("/dev/nvidia[0-9]*")):
@@ -158,6 +167,8 @@ class CpuDevice(Device):
     default_backend: str = "inductor"
     default_dtype: str = "float32"
     fullgraph: bool = False
+    ops: str = "CpuOps"
+    rank_ops: str = "CpuRankOps"
 
     def available(self) -> bool:
         return True

@@ -5,6 +5,7 @@ A list looks like::
     [[model]]
     id = "Qwen/Qwen3-0.6B"        # a Hub repo id, or "zoo:<name>" for a bundled tiny model
     runner = "dense"              # optional: inferred from config.json "architectures"
+                                  # (the dataset card's spelling, run_dense, is accepted too)
     task = "text-generation"      # optional
     revision = "main"             # optional: a Hub revision
     path = "checkpoints/qwen3"    # optional: a local checkpoint loaded instead of the Hub
@@ -29,14 +30,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
 
 from pytest_neuronsupport import zoo
-
-#: Runner names accepted in lists. The row's ``runner`` column uses the dataset card's
-#: spelling, ``run_<name>`` (:func:`runner_column`); lists accept both spellings.
-RUNNERS: tuple[str, ...] = ("dense", "dense_ep", "seq2seq", "multimodal", "encoder")
-#: Runners that shard a model over several cores (one rank per core); the others use one.
-SEVERAL_CORES_RUNNERS = frozenset({"dense", "dense_ep"})
-#: Runners that generate tokens (prefill chunking and the English judge apply to them).
-GENERATING_RUNNERS = frozenset({"dense", "dense_ep", "seq2seq", "multimodal"})
+from pytest_neuronsupport.runners import Runners
 
 ZOO_PREFIX = "zoo:"
 PACKAGE_PREFIX = "package:"
@@ -72,15 +66,6 @@ class ModelSpec:
         return f"{self.source}:{self.line}"
 
 
-def runner_column(runner: str) -> str:
-    """The dataset card's spelling of a runner name: ``dense`` → ``run_dense``."""
-    return runner if runner.startswith("run_") else f"run_{runner}"
-
-
-def _normalise_runner(value: str) -> str:
-    return value.removeprefix("run_")
-
-
 def _header_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), start=1) if _HEADER.match(line)]
 
@@ -104,7 +89,7 @@ def check_model_id(model_id: str) -> str | None:
     return None
 
 
-def _entry(raw: Any, source: Path, line: int | None, index: int) -> ModelSpec:
+def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runners) -> ModelSpec:
     label = f"entry {index}"
     if not isinstance(raw, dict):
         raise _fail(source, line, label, "each [[model]] entry must be a table")
@@ -132,14 +117,10 @@ def _entry(raw: Any, source: Path, line: int | None, index: int) -> ModelSpec:
         raise _fail(source, line, label, problem)
     runner = raw.get("runner")
     if runner is not None:
-        runner = _normalise_runner(runner)
-        if runner not in RUNNERS:
-            raise _fail(
-                source,
-                line,
-                label,
-                f"unknown runner {raw['runner']!r} (known: {', '.join(RUNNERS)})",
-            )
+        try:
+            runner = runners.get(runner).name
+        except KeyError as exc:
+            raise _fail(source, line, label, str(exc.args[0])) from None
     path = raw.get("path")
     if path is not None and not path.startswith(PACKAGE_PREFIX):
         resolved = (source.parent / path).resolve()
@@ -162,8 +143,10 @@ def _entry(raw: Any, source: Path, line: int | None, index: int) -> ModelSpec:
     )
 
 
-def parse(source: Path, text: str | None = None) -> list[ModelSpec]:
-    """Parse one model list file into specs, in file order."""
+def parse(source: Path, runners: Runners | None = None, text: str | None = None) -> list[ModelSpec]:
+    """Parse one model list file into specs, in file order; ``runner`` names one of
+    ``runners`` (default: the built-in ones)."""
+    runners = runners or Runners.builtin()
     if text is None:
         try:
             text = source.read_text(encoding="utf-8")
@@ -187,7 +170,7 @@ def parse(source: Path, text: str | None = None) -> list[ModelSpec]:
     seen: dict[str, ModelSpec] = {}
     for index, raw in enumerate(entries, start=1):
         line = lines[index - 1] if len(lines) == len(entries) else None
-        spec = _entry(raw, source, line, index)
+        spec = _entry(raw, source, line, index, runners)
         if spec.id in seen:
             first = seen[spec.id]
             raise _fail(

@@ -1,14 +1,17 @@
-"""How rows are shown: failure texts, junit properties, the terminal summary."""
+"""How rows are shown to people: failure texts, junit properties, the terminal summary."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from pytest_neuronsupport.results import RESULTS
+from pytest_neuronsupport.dataset.schema import COLUMNS
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
-#: Row fields carried by each test as junit properties (``--junitxml``), in this order.
+#: Row fields carried by each test as junit properties (``--junitxml``), in this order; then
+#: every extra column a ``pytest_neuronsupport_row`` hook added.
 JUNIT_FIELDS = (
     "model_id",
     "result",
@@ -28,31 +31,33 @@ JUNIT_FIELDS = (
 )
 
 
-def first_line(text: str | None, limit: int = 200) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def failure_text(row: Mapping[str, Any], run_py: str | None) -> str:
+def failure_text(row: Mapping[str, Any], run_py: Path | None) -> str:
     """The short text of a failed model's test: result, first line of the error, run.py."""
-    detail = first_line(row.get("error")) or first_line(row.get("cpu_match")) or ""
+    detail = first_line(row.get("error"), 200) or first_line(row.get("cpu_match"), 200)
     lines = [f"{row['result']} {row['model_id']}: {detail}".rstrip(": ")]
-    if row.get("result") == "FAIL(output)" and row.get("cpu_match"):
+    if row.get("result") == Result.FAIL_OUTPUT and row.get("cpu_match"):
         lines.append(f"cpu_match: {row['cpu_match']}")
         if row.get("notes"):
-            lines.append(f"output: {first_line(row['notes'])}")
+            lines.append(f"output: {first_line(row['notes'], 200)}")
     if run_py:
         lines.append(f"run.py: {run_py}")
     return "\n".join(lines)
 
 
+def skip_text(row: Mapping[str, Any]) -> str:
+    """The reason an EXCLUDED model's test is skipped."""
+    return f"EXCLUDED ({row.get('exclusion')}): {row.get('notes')}"
+
+
 def junit_properties(row: Mapping[str, Any]) -> list[tuple[str, object]]:
-    return [(name, row[name]) for name in JUNIT_FIELDS if row.get(name) is not None]
+    extras = sorted(name for name in row if name not in COLUMNS)
+    names = [*JUNIT_FIELDS, *extras]
+    return [(name, row[name]) for name in names if row.get(name) is not None]
 
 
 def counts_line(rows: Iterable[Mapping[str, Any]]) -> str:
     counts = Counter(str(r["result"]) for r in rows)
-    order = [r for r in RESULTS if r in counts] + sorted(set(counts) - set(RESULTS))
+    order = [r for r in Result if r in counts] + sorted(set(counts) - set(Result))
     return ", ".join(f"{counts[r]} {r}" for r in order) or "no models run"
 
 
@@ -61,7 +66,8 @@ def failure_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     lines = []
     for row in rows:
         if str(row["result"]).startswith("FAIL"):
-            why = first_line(row.get("cpu_match") if row["result"] == "FAIL(output)" else None)
-            why = why or first_line(row.get("notes")) or first_line(row.get("error"))
+            output = row.get("cpu_match") if row["result"] == Result.FAIL_OUTPUT else None
+            why = first_line(output, 200) or first_line(row.get("notes"), 200)
+            why = why or first_line(row.get("error"), 200)
             lines.append(f"{row['result']:<14} {row['model_id']}  {why}")
     return lines

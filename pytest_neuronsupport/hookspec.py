@@ -1,0 +1,82 @@
+"""The hooks pytest-neuronsupport offers its users, registered with ``pytest_addhooks``.
+
+Implement them in a ``conftest.py`` or a plugin (README.md, "Extending", has an example of each):
+
+* :func:`pytest_neuronsupport_runners`: add runners (each a
+  :class:`~pytest_neuronsupport.runners.Runner` whose run code is in a module of yours);
+* :func:`pytest_neuronsupport_verdict`: replace a model's result;
+* :func:`pytest_neuronsupport_row`: add or change the fields of a model's row before it is
+  recorded (extra columns go into the parquet file and the junit properties).
+
+The verdict and row hooks run in the process that ran the model (an xdist worker, under
+``-n``), once per model that was tried, excluded models included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_neuronsupport.modellist import ModelSpec
+    from pytest_neuronsupport.runners import Runner
+
+
+@pytest.hookspec
+def pytest_neuronsupport_runners(config: pytest.Config) -> Sequence[Runner]:
+    """Return runners to add to the built-in ones (called once, when the sweep is configured).
+
+    A runner's ``name`` must be new; its ``module`` is any importable module whose ``run`` (or
+    the runner's ``entry``) is its run code, and ``architectures`` and ``tasks`` make it the
+    runner of the checkpoints that match them (a list entry may also name it: ``runner =``).
+    """
+    raise NotImplementedError  # a specification: pluggy never calls it
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_neuronsupport_verdict(
+    row: dict[str, Any], spec: ModelSpec, config: pytest.Config
+) -> str | None:
+    """Return a result (``"PASS"``, ``"FAIL(output)"``, ``"EXCLUDED"``...) to replace the
+    model's, or None to keep it.
+
+    ``row`` holds every number that decided the verdict (``cpu_match``, ``check``...). The
+    replaced result is kept in the ``check`` column (``"overridden"``); the test passes, fails
+    or is skipped by the new one.
+    """
+
+
+@pytest.hookspec
+def pytest_neuronsupport_row(row: dict[str, Any], spec: ModelSpec, config: pytest.Config) -> None:
+    """Add or change fields of the model's row (a dict, changed in place) before it is recorded.
+
+    A key the dataset does not know is a new column: its name is ``[A-Za-z_][A-Za-z0-9_]*`` and
+    its value None, a str, bool, int or float. A row that no longer fits the schema is recorded
+    as FAIL(other), the problem in ``error``.
+    """
+
+
+class Hooks:
+    """The hooks the per-model pipeline calls; without a pytest config, none is called."""
+
+    def __init__(self, config: pytest.Config | None = None) -> None:
+        self.config = config
+
+    def verdict(self, row: dict[str, Any], spec: ModelSpec) -> str | None:
+        if self.config is None:
+            return None
+        hook = self.config.hook.pytest_neuronsupport_verdict
+        result: str | None = hook(row=row, spec=spec, config=self.config)
+        return result
+
+    def row(self, row: dict[str, Any], spec: ModelSpec) -> None:
+        if self.config is not None:
+            self.config.hook.pytest_neuronsupport_row(row=row, spec=spec, config=self.config)
+
+    def runners(self) -> list[Runner]:
+        if self.config is None:
+            return []
+        found = self.config.hook.pytest_neuronsupport_runners(config=self.config)
+        return [runner for runners in found for runner in runners]

@@ -1,0 +1,269 @@
+"""The options of a sweep, defined once: pytest's flags and ini keys, the ``neuronsupport``
+command's flags, and the :class:`Settings` they resolve to.
+
+Each :class:`Option` of :data:`OPTIONS` is ``--neuron-<name>`` and the ini key
+``neuron_<name>`` in pytest, and ``--<name>`` for the commands of ``neuronsupport`` that take it
+(as pytest-benchmark shares its option builders with its command). A flag wins over the ini key,
+which wins over the default. Paths given as flags are relative to the folder pytest runs in; as
+ini keys, to the ini file's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import devices
+from pytest_neuronsupport.devices import Device
+from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
+from pytest_neuronsupport.runners.lib.protocol import DTYPES
+
+ISOLATIONS = ("fork", "fresh")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``--neuron-<name>`` / ``neuron_<name>`` (pytest), ``--<name>`` (command)."""
+
+    name: str
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    #: "text", "int", "float" (positive numbers), "size" (a count, 0 allowed), "path", "flag".
+    kind: str = "text"
+    default: Any = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("sweep", "run the model sweep: one test per model of the model lists", kind="flag"),
+    Option(
+        "models",
+        "model list files (TOML); default: the bundled tiny.toml",
+        metavar="PATH",
+        kind="paths",
+    ),
+    Option(
+        "device",
+        "auto|neuron|cuda|cpu; auto: neuron if present, else cuda, else cpu",
+        choices=devices.CHOICES,
+        default="auto",
+    ),
+    Option("backend", "torch.compile backend name, or package.module:callable", metavar="NAME"),
+    Option(
+        "dtype",
+        "dtype of the device run; auto: bf16 on accelerators, fp32 on cpu",
+        choices=("auto", *DTYPES),
+        default="auto",
+    ),
+    Option("results", "results folder (default results/)", "DIR", kind="path", default="results"),
+    Option(
+        "timeout", "seconds one model may run (default 1800)", "SECONDS", kind="float", default=1800
+    ),
+    Option(
+        "cache",
+        "cache: tiny models, references, compile caches (~/.cache/pytest-neuronsupport)",
+        "DIR",
+        kind="path",
+    ),
+    Option("limit", "run at most N models, going down the lists in order", "N", kind="int"),
+    Option("rerun", "run models again even when their run.py is the one recorded", kind="flag"),
+    Option(
+        "max-memory",
+        "resident memory one model's run may use before it is stopped",
+        "GB",
+        kind="float",
+    ),
+    Option(
+        "max-cores",
+        "largest number of cores a model may get (default 16)",
+        "N",
+        kind="int",
+        default=16,
+    ),
+    Option(
+        "core-memory",
+        "memory of one core for sizing models (default: the device's)",
+        "GB",
+        kind="float",
+    ),
+    Option(
+        "prefill-chunk",
+        "decoders prefill in chunks of N tokens (default 32; 0: one pass)",
+        "N",
+        kind="size",
+        default=32,
+    ),
+    Option(
+        "judge",
+        "English judge (Hub id, local path or zoo:<name>) when the CPU comparison does not run",
+        "MODEL",
+    ),
+    Option(
+        "isolation",
+        "fork: runs forked from a warm server (default); fresh: a new python",
+        choices=ISOLATIONS,
+        default="fork",
+    ),
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.environ.get("NEURONSUPPORT_CACHE", os.path.join(base, "pytest-neuronsupport")))
+
+
+def add_options(
+    addoption: Callable[..., Any], names: Sequence[str] | None = None, prefix: str = "--neuron-"
+) -> None:
+    """Add the options named (all by default) through ``addoption``: a pytest option group's,
+    or an ``argparse`` parser's ``add_argument`` (with ``prefix="--"``)."""
+    for option in OPTIONS if names is None else [BY_NAME[n] for n in names]:
+        flag = f"{prefix}{option.name}"
+        if option.kind == "flag":
+            addoption(flag, action="store_true", default=False, help=option.help)
+        elif option.kind == "paths":
+            addoption(flag, nargs="+", metavar=option.metavar, default=None, help=option.help)
+        else:
+            addoption(
+                flag,
+                metavar=option.metavar,
+                default=None,
+                choices=option.choices,
+                help=option.help,
+                dest=f"{'neuron_' if prefix == '--neuron-' else ''}{option.dest}",
+            )
+
+
+def add_ini(parser: pytest.Parser) -> None:
+    """The ini key of every valued option."""
+    for option in OPTIONS:
+        if option.kind == "paths":
+            parser.addini(f"neuron_{option.dest}", f"{option.help}; one per line", type="paths")
+        elif option.kind != "flag":
+            parser.addini(f"neuron_{option.dest}", option.help, default=None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved options of one sweep."""
+
+    lists: tuple[Path, ...]
+    device: Device
+    backend: str
+    dtype: str
+    results: Path
+    cache: Path
+    timeout_s: float
+    #: Where runs start (their working directory): the folder pytest was invoked from.
+    workdir: Path
+    isolation: str = "fork"
+    limit: int | None = None
+    rerun: bool = False
+    max_memory_gb: float | None = None
+    max_cores: int = 16
+    #: Memory of one core for sizing; None: the device's own figure.
+    core_memory_gb: float | None = None
+    #: Generating runners prefill in chunks of this many tokens (None: in one pass).
+    prefill_chunk: int | None = 32
+    #: The English judge: a Hub id, a local checkpoint or a zoo model (None: no judge).
+    judge: str | None = None
+
+    @property
+    def core_capacity_gb(self) -> float:
+        return self.core_memory_gb or self.device.core_capacity_gb()
+
+
+class _Values:
+    """Reads one option's value from a pytest config: its flag, else its ini key."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def text(self, name: str) -> str | None:
+        option = BY_NAME[name]
+        value = self.config.getoption(f"neuron_{option.dest}")
+        if value is None:
+            value = self.config.getini(f"neuron_{option.dest}") or None
+        if value is None:
+            value = option.default
+        if value is not None and option.choices and str(value) not in option.choices:
+            raise pytest.UsageError(
+                f"neuronsupport: neuron_{option.dest} = {value!r}: choose from "
+                f"{', '.join(option.choices)}"
+            )
+        return None if value is None else str(value)
+
+    def number(self, name: str) -> float | None:
+        """A positive number (int or float by the option's kind); a size may be 0."""
+        text, option = self.text(name), BY_NAME[name]
+        if text is None:
+            return None
+        try:
+            value = int(text) if option.kind in ("int", "size") else float(text)
+        except ValueError:
+            raise pytest.UsageError(
+                f"neuronsupport: --neuron-{name} {text!r} is not a number"
+            ) from None
+        if value < 0 or (value == 0 and option.kind != "size"):
+            raise pytest.UsageError(f"neuronsupport: --neuron-{name} must be positive, not {text}")
+        return value
+
+    def path(self, name: str, default: Path) -> Path:
+        """Flags are relative to the invocation folder, ini keys to the ini file's folder."""
+        option = BY_NAME[name]
+        flag = self.config.getoption(f"neuron_{option.dest}")
+        if flag is not None:
+            return (self.config.invocation_params.dir / str(flag)).resolve()
+        ini = self.config.getini(f"neuron_{option.dest}")
+        if ini:
+            base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
+            return (base / str(ini)).resolve()
+        return default.resolve()
+
+    def lists(self) -> list[Path]:
+        flag = self.config.getoption("neuron_models")
+        if flag:
+            return resolve_paths(flag, self.config.invocation_params.dir)
+        ini = [str(p) for p in self.config.getini("neuron_models")]
+        return resolve_paths(ini, self.config.rootpath) if ini else default_lists()
+
+
+def settings_from(config: pytest.Config) -> Settings:
+    """The settings of a sweep from pytest's flags and ini keys; a bad value is a UsageError."""
+    values = _Values(config)
+    try:
+        device = devices.resolve(values.text("device") or "auto")
+        lists = values.lists()
+    except (ModelListError, ValueError) as exc:
+        raise pytest.UsageError(f"neuronsupport: {exc}") from None
+    dtype = values.text("dtype") or "auto"
+    invoked = config.invocation_params.dir
+    limit, max_cores, chunk = (values.number(n) for n in ("limit", "max-cores", "prefill-chunk"))
+    return Settings(
+        lists=tuple(lists),
+        device=device,
+        backend=values.text("backend") or device.default_backend,
+        dtype=device.default_dtype if dtype == "auto" else dtype,
+        results=values.path("results", invoked / BY_NAME["results"].default),
+        cache=values.path("cache", default_cache()),
+        timeout_s=float(values.number("timeout") or BY_NAME["timeout"].default),
+        workdir=invoked,
+        isolation=values.text("isolation") or "fork",
+        limit=None if limit is None else int(limit),
+        rerun=bool(config.getoption("neuron_rerun")),
+        max_memory_gb=values.number("max-memory"),
+        max_cores=int(max_cores or BY_NAME["max-cores"].default),
+        core_memory_gb=values.number("core-memory"),
+        prefill_chunk=int(chunk) if chunk else None,
+        judge=values.text("judge"),
+    )

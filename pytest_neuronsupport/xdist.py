@@ -1,0 +1,50 @@
+"""pytest-xdist plumbing: who is a worker, the sweep's id handed to the workers, and the row of
+a model whose worker died.
+
+Registered only when xdist is installed (its hooks exist only then). Data goes to workers
+through ``pytest_configure_node`` → ``node.workerinput``, as xdist's own plugins do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+import pytest
+
+SWEEP_ID_KEY = "neuronsupport_sweep_id"
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def sweep_id(config: pytest.Config) -> str:
+    """The sweep's id: the controller's, in every worker."""
+    workerinput = getattr(config, "workerinput", {})
+    return str(workerinput.get(SWEEP_ID_KEY) or uuid.uuid4().hex)
+
+
+class Sweep(Protocol):
+    """What the xdist hooks need of the sweep session."""
+
+    @property
+    def sweep_id(self) -> str: ...
+    def attach_row(self, rep: pytest.TestReport, row: dict[str, Any]) -> None: ...
+    def crashed_row(self, nodeid: str, why: str) -> dict[str, Any]: ...
+
+
+class XdistHooks:
+    """Hooks that exist only with pytest-xdist."""
+
+    def __init__(self, session: Sweep) -> None:
+        self.session = session
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand the sweep's id to each worker (for the shared --neuron-limit count)."""
+        node.workerinput[SWEEP_ID_KEY] = self.session.sweep_id
+
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker died while running a model: that model's row is FAIL(other)."""
+        why = f"the xdist worker running it died ({report.longrepr})".replace("\n", " ")
+        self.session.attach_row(report, self.session.crashed_row(crashitem, why))
