@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from pytest_neuronsupport import compare
-from pytest_neuronsupport.compare import (
+from pytest_neuronsupport.runners.lib.compare import (
     compare_hidden,
     compare_predictions,
     compare_scores,
@@ -45,7 +44,7 @@ def test_tolerance_scale_never_below_one_and_ignores_minus_inf() -> None:
 
 def test_unknown_dtype_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="int8"):
-        compare.dtype_eps("int8")
+        near_tie_tolerance(scores_with({0: 1.0}), "int8")
 
 
 # --- decoder tokens ------------------------------------------------------------------------
@@ -77,9 +76,9 @@ def test_divergence_exactly_at_tolerance_is_a_near_tie() -> None:
     assert check.passed
     assert check.cpu_match.startswith("~ near-tie at token 2")
     assert check.first_divergence == 2
-    assert check.margin == pytest.approx(tolerance)
-    assert check.tolerance == pytest.approx(tolerance)
-    assert check.details["cpu_token"] == 3 and check.details["device_token"] == 4
+    assert check.divergence_margin == pytest.approx(tolerance)
+    assert check.near_tie_tolerance == pytest.approx(tolerance)
+    assert check.check["cpu_token"] == 3 and check.check["device_token"] == 4
 
 
 def test_divergence_just_above_tolerance_fails() -> None:
@@ -88,7 +87,7 @@ def test_divergence_just_above_tolerance_fails() -> None:
     check = compare_tokens(ref, scores, dev, "bfloat16")
     assert not check.passed
     assert check.cpu_match.startswith("N at token 2")
-    assert check.margin == pytest.approx(tolerance * 1.01)
+    assert check.divergence_margin == pytest.approx(tolerance * 1.01)
 
 
 def test_same_margin_is_a_near_tie_in_bf16_but_not_in_fp32() -> None:
@@ -109,7 +108,7 @@ def test_only_the_first_divergence_decides() -> None:
 def test_device_choosing_a_token_the_cpu_ruled_out_is_never_a_near_tie() -> None:
     steps = torch.stack([scores_with({1: 0.0}, floor=-math.inf)])
     check = compare_tokens([1], steps, [2], "bfloat16")
-    assert not check.passed and math.isinf(check.margin or 0.0)
+    assert not check.passed and math.isinf(check.divergence_margin or 0.0)
 
 
 def test_device_stopping_early_fails() -> None:
@@ -138,7 +137,7 @@ def test_predictions_equal_to_cpu_bf16_match_even_far_from_fp32() -> None:
     bf16 = rows({1: 5.0}, {3: 5.0})  # bf16 alone drifts to another label on token 1
     check = compare_predictions("token", fp32, bf16, bf16.clone(), "bfloat16")
     assert check.passed and check.cpu_match == "Y (CPU bf16)"
-    assert check.details["matched"] == "cpu_bf16"
+    assert check.check["matched"] == "cpu_bf16"
 
 
 def test_prediction_differing_only_at_a_near_tie_passes() -> None:
@@ -165,7 +164,7 @@ def test_one_near_tie_does_not_excuse_another_difference() -> None:
     device = rows({2: 5.0}, {3: 5.0})
     check = compare_predictions("token", fp32, fp32, device, "bfloat16")
     assert not check.passed
-    assert check.details["differing"] == [0, 1]
+    assert check.check["differing"] == [0, 1]
     assert "token 1" in check.cpu_match  # the worst one is named
 
 
@@ -197,8 +196,8 @@ def score(value: float) -> torch.Tensor:
 def test_score_within_one_or_twice_the_bf16_drift(device: float, bf16: float, passed: bool) -> None:
     check = compare_scores(score(0.0), score(bf16), score(device))
     assert check.passed is passed
-    assert check.details["distance"] == pytest.approx(abs(device))
-    assert check.details["limit"] == pytest.approx(max(1.0, 2 * abs(bf16)))
+    assert check.check["distance"] == pytest.approx(abs(device))
+    assert check.check["limit"] == pytest.approx(max(1.0, 2 * abs(bf16)))
     assert check.cpu_match == "Y" if passed else check.cpu_match.startswith("N score")
 
 
@@ -232,11 +231,11 @@ def test_hidden_cosine_floor_or_twice_the_bf16_distance(
     fp32 = hidden(1.0, 1.0)
     check = compare_hidden(fp32, hidden(1.0, bf16_cos), hidden(1.0, device_cos))
     assert check.passed is passed
-    assert check.details["min_cosine"] == pytest.approx(device_cos)
-    assert check.details["worst_token"] == (0 if device_cos == 1.0 else 1)
+    assert check.check["min_cosine"] == pytest.approx(device_cos)
+    assert check.check["worst_token"] == (0 if device_cos == 1.0 else 1)
     if not passed:
         assert check.cpu_match.startswith("N at token 1")
-        assert check.details["failing_tokens"] == [1]
+        assert check.check["failing_tokens"] == [1]
 
 
 def test_hidden_every_token_is_held_to_its_own_bf16_distance() -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport import zoo
-from pytest_neuronsupport.cores import (
-    CoreAllocator,
+from pytest_neuronsupport.pipeline.leases import CoreAllocator
+from pytest_neuronsupport.pipeline.sizing import (
     checkpoint_parameters,
     config_parameters,
     cores_needed,
@@ -83,7 +83,7 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from pytest_neuronsupport.cores import CoreAllocator
+    from pytest_neuronsupport.pipeline.leases import CoreAllocator
     lease = CoreAllocator(Path(sys.argv[1]), total=2).acquire(int(sys.argv[2]))
     print(" ".join(map(str, lease.cores)), flush=True)
     time.sleep(600)

@@ -84,21 +84,34 @@ def test_core_capacity_and_cpu_pinning() -> None:
 
 
 def test_run_side_device_ops_split_a_lease_among_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The run side (pasted into run.py): each rank of a several-core Neuron run sees one
-    logical core of the run's lease; CPU and CUDA ranks need no environment of their own."""
-    from pytest_neuronsupport.runners.common import DEVICE_OPS, expand_ranges
+    """The run side (in run.py): each rank of a several-core Neuron run sees one logical core
+    of the run's lease; CPU and CUDA ranks need no environment of their own."""
+    from pytest_neuronsupport.runners.lib import device_ops
+    from pytest_neuronsupport.runners.lib.device_ops import expand_ranges
 
     assert expand_ranges("4-7") == [4, 5, 6, 7]
     assert expand_ranges("1,3") == [1, 3]
     assert expand_ranges("0-1,6") == [0, 1, 6]
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "4-5")
-    neuron = DEVICE_OPS["neuron"]()  # not set up: that would import torch_neuronx
+    neuron = device_ops.NeuronRankOps  # not made: that would import torch_neuronx
     assert [neuron.rank_env(r, 2) for r in (0, 1)] == [
         {"NEURON_RT_VISIBLE_CORES": "4"},
         {"NEURON_RT_VISIBLE_CORES": "5"},
     ]
-    assert (neuron.dist_backend, DEVICE_OPS["cuda"].dist_backend) == ("neuron", "nccl")
-    assert DEVICE_OPS["cpu"]().rank_env(1, 2) == {}
-    assert DEVICE_OPS["cuda"]().rank_device(1, 2) == "cuda:1"
+    assert device_ops.CpuRankOps.rank_env(1, 2) == {}
+    cuda = object.__new__(device_ops.CudaRankOps)  # not set up: no GPU here
+    assert cuda.rank_device(1) == "cuda:1"
     # the plugin side pins the run to the same cores it leased
     assert devices.DEVICES["neuron"].pin_env([4, 5]) == {"NEURON_RT_VISIBLE_CORES": "4-5"}
+
+
+def test_every_device_names_run_side_classes_that_exist() -> None:
+    from pytest_neuronsupport.runners.lib import device_ops
+
+    for device in devices.DEVICES.values():
+        ops, rank_ops = getattr(device_ops, device.ops), getattr(device_ops, device.rank_ops)
+        assert issubclass(rank_ops, ops), device.name
+        for method in ("reset_peak", "synchronize", "peak_gb"):
+            assert callable(getattr(ops, method)), (device.name, method)
+        for method in ("rank_env", "setup_rank", "rank_device"):
+            assert callable(getattr(rank_ops, method)), (device.name, method)

@@ -11,13 +11,13 @@ from typing import Protocol
 
 import pytest
 
-from pytest_neuronsupport.execute import (
+from pytest_neuronsupport.pipeline.classify import ran as classify
+from pytest_neuronsupport.pipeline.isolate import (
     ISOLATIONS,
     Executor,
     ForkServerExecutor,
     Outcome,
     RunRequest,
-    classify,
 )
 
 PHASE = "[neuronsupport] phase:"
@@ -126,22 +126,23 @@ def test_a_sigkill_is_reported_as_a_likely_out_of_memory(run: Runner, tmp_path: 
     assert classify(run(body))["notes"] == "killed by SIGKILL (out of memory?)"
 
 
+@pytest.mark.slow  # waits for a 10 s timeout, twice
 def test_a_hang_is_stopped_with_everything_it_started(run: Runner, tmp_path: Path) -> None:
     body = f"""
         import subprocess, sys, time
+        print("{PHASE} gen", flush=True)
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         open("child.pid", "w").write(str(child.pid))
-        print("{PHASE} gen", flush=True)
         time.sleep(600)
     """
     started = time.monotonic()
-    outcome = run(body, timeout_s=2)
-    assert time.monotonic() - started < 20
+    outcome = run(body, timeout_s=10)
+    assert time.monotonic() - started < 300  # stopped, not waited for (600 s)
     fields = classify(outcome)
     assert fields["result"] == "FAIL(other)"
-    assert fields["notes"] == "timed out after 2 s during gen"
+    assert fields["notes"] == "timed out after 10 s during gen"
     child = int((tmp_path / "child.pid").read_text())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
         time.sleep(0.05)  # reaped by init once killed
     status = Path(f"/proc/{child}/status")
@@ -162,14 +163,15 @@ def test_a_run_past_its_memory_limit_is_stopped(run: Runner, tmp_path: Path) -> 
         hog = bytearray(1_500_000_000)
         for i in range(0, len(hog), 4096):
             hog[i] = 1
-        time.sleep(60)
+        time.sleep(600)
     """
-    outcome = run(body, max_memory_gb=0.8)
+    outcome = run(body, max_memory_gb=0.8, timeout_s=900)
     fields = classify(outcome)
     assert fields["result"] == "FAIL(other)"
     assert fields["notes"].startswith("exceeded the memory limit of 0.8 GB (resident ")
     assert fields["notes"].endswith(" GB) during load")
-    assert outcome.wall_s < 30 and (outcome.peak_rss_gb or 0) > 0.8
+    assert outcome.wall_s < 300  # stopped, not waited for (600 s)
+    assert (outcome.peak_rss_gb or 0) >= 0.8
 
 
 def test_a_run_is_pinned_to_its_cpus(run: Runner, tmp_path: Path) -> None:
@@ -199,11 +201,9 @@ def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
     assert run(body).log_tail.split() == ["True", "True", "False", "False"]
 
 
-def test_names_shared_with_modules_that_must_not_import_each_other() -> None:
-    """The plugin names the isolations and the reference cache's variable without importing
-    the modules that define them (they import pyarrow, or torch): the names must agree."""
-    from pytest_neuronsupport import plugin, session
-    from pytest_neuronsupport.runners import common
+def test_the_isolation_option_offers_every_isolation() -> None:
+    """The option's choices are the executors' names (the options module does not import the
+    executors: they are imported only for a sweep)."""
+    from pytest_neuronsupport import options
 
-    assert set(plugin.ISOLATIONS) == set(ISOLATIONS)
-    assert session.REFERENCE_CACHE_ENV == common.REFERENCE_CACHE_ENV
+    assert set(options.BY_NAME["isolation"].choices or ()) == set(ISOLATIONS)

@@ -11,8 +11,8 @@ from pytest_neuronsupport.modellist import (
     check_unique,
     default_lists,
     parse,
-    runner_column,
 )
+from pytest_neuronsupport.runners import Runners
 
 
 def write(tmp_path: Path, text: str, name: str = "models.toml") -> Path:
@@ -65,8 +65,10 @@ def test_the_bundled_tiny_list_parses() -> None:
 
 
 def test_runner_column_uses_the_dataset_cards_spelling() -> None:
-    assert runner_column("dense") == "run_dense"
-    assert runner_column("run_encoder") == "run_encoder"
+    runners = Runners.builtin()
+    assert runners.get("dense").column == "run_dense"
+    assert runners.get("run_encoder").column == "run_encoder"
+    assert runners.get("run_encoder").name == "encoder"
 
 
 @pytest.mark.parametrize(

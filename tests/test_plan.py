@@ -8,7 +8,20 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.plan import exclusion_for, infer_runner, plan
+from pytest_neuronsupport.pipeline.plan import Plan, exclusion_for
+from pytest_neuronsupport.pipeline.plan import plan as plan_with
+from pytest_neuronsupport.runners import Runners
+
+RUNNERS = Runners.builtin()
+
+
+def infer_runner(config: dict, task: str | None) -> str | None:
+    runner = RUNNERS.infer(config, task)
+    return None if runner is None else runner.name
+
+
+def plan(spec: ModelSpec, cache: Path) -> Plan:
+    return plan_with(spec, cache, RUNNERS)
 
 
 @pytest.mark.parametrize(
@@ -56,7 +69,8 @@ def spec(tmp_path: Path, **kwargs: object) -> ModelSpec:
 def test_a_local_checkpoint_is_planned_from_its_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"]}))
     planned = plan(spec(tmp_path, id="acme/bert", path=str(tmp_path)), tmp_path)
-    assert (planned.runner, planned.exclusion, planned.load_error) == ("encoder", None, None)
+    assert planned.runner is not None and planned.runner.name == "encoder"
+    assert (planned.exclusion, planned.load_error) == (None, None)
     assert planned.checkpoint == str(tmp_path)
 
 
@@ -85,5 +99,6 @@ def test_a_hub_id_with_its_runner_given_still_runs(
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     planned = plan(spec(tmp_path, id="acme/not-here", runner="dense"), tmp_path)
-    assert planned.load_error is None and planned.runner == "dense"
+    assert planned.load_error is None and planned.runner is not None
+    assert planned.runner.name == "dense"
     assert planned.checkpoint == "acme/not-here"  # from_pretrained meets the problem in run.py

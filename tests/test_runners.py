@@ -17,6 +17,9 @@ import pytest
 from pytest_neuronsupport import zoo
 from tests.sweeping import SweepRunner
 
+#: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
+pytestmark = pytest.mark.slow
+
 BACKENDS = "backends_for_tests"
 MISBEHAVING = f"{BACKENDS}:misbehaving_by_model_backend_for_tests"
 PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
@@ -96,20 +99,22 @@ def run_processes_of(script: Path) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("how", "notes"),
+    ("how", "timeout", "notes"),
     [
-        ("segfault", "rank 1 of 2 was killed by SIGSEGV"),
-        ("hang", "timed out after 20 s during gen"),
+        # the crash ends the run long before the timeout, however busy the machine
+        ("segfault", 900, "rank 1 of 2 was killed by SIGSEGV"),
+        # ranks reach the hang in seconds when idle: 60 s leaves a wide margin under load
+        ("hang", 60, "timed out after 60 s during gen"),
     ],
 )
 def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
-    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch, how: str, notes: str
+    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch, how: str, timeout: int, notes: str
 ) -> None:
     monkeypatch.setenv("NEURONSUPPORT_TEST_MISBEHAVIOUR", f"zoo:llama-2core@1={how}")
     done = sweep.run(
         {"id": "zoo:llama-2core", "cores": 2},
         backend=MISBEHAVING,
-        args=["--neuron-timeout", "20"],
+        args=["--neuron-timeout", str(timeout)],
     )
     done.result.assert_outcomes(failed=1)
     row = done.row("zoo:llama-2core")
@@ -144,7 +149,7 @@ def judge_double(sweep: SweepRunner, answer: str) -> Path:
     import transformers
     from safetensors.torch import load_file, save_file
 
-    from pytest_neuronsupport.runners.judge import NO, YES, first_tokens
+    from pytest_neuronsupport.runners.lib.judge import NO, YES, first_tokens
 
     source = zoo.ensure_built("gpt2", sweep.cache)
     target = sweep.pytester.path / f"judge-{answer}"
@@ -230,8 +235,9 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
     import torch
     import transformers
 
-    from pytest_neuronsupport.runners.common import load_tokenizer, user_message
-    from pytest_neuronsupport.runners.generation import PROMPT, Generation, run_generation
+    from pytest_neuronsupport.runners.lib.device_ops import CpuOps
+    from pytest_neuronsupport.runners.lib.generation import PROMPT, Generation, generate_and_check
+    from pytest_neuronsupport.runners.lib.models import load_tokenizer, user_message
 
     class NondeterministicLlamaForTests(transformers.LlamaForCausalLM):
         def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -239,7 +245,7 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
             out.logits = out.logits + 100 * torch.randn_like(out.logits)
             return out
 
-    monkeypatch.delenv("NEURONSUPPORT_REFERENCE_CACHE", raising=False)
+    monkeypatch.delenv("NEURONSUPPORT_REFERENCE", raising=False)
     params = {
         "model_id": "zoo:llama",
         "checkpoint": str(zoo.ensure_built("llama", zoo_cache)),
@@ -255,11 +261,9 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
     gen = Generation(
         model_class=NondeterministicLlamaForTests,
         inputs=user_message(tokenizer, PROMPT),
-        pad_token_id=tokenizer.pad_token_id,
-        decode=lambda tokens: tokenizer.decode(tokens),
+        tokenizer=tokenizer,
     )
-    verdict = run_generation(params, gen)
-    assert verdict is not None
+    verdict = generate_and_check(params, CpuOps(), gen)
     assert verdict["reference_reproducible"] is False
     assert verdict["result"] == "PASS"  # the check could not run: the model ran
     assert "cpu_match" not in verdict

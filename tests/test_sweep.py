@@ -18,6 +18,9 @@ from pytest_neuronsupport import zoo
 from pytest_neuronsupport.modellist import default_lists, parse
 from tests.sweeping import SweepRunner
 
+#: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
+pytestmark = pytest.mark.slow
+
 #: The bundled tiny list's entries, as they are written there.
 TINY = [
     {k: v for k, v in (("id", s.id), ("runner", s.runner), ("cores", s.cores)) if v is not None}

@@ -1,0 +1,301 @@
+"""Rendering run.py: standalone, only what the run uses, readable, parameters as data, stable."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import symtable
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport.devices import DEVICES
+from pytest_neuronsupport.pipeline.render import (
+    RenderError,
+    RunParams,
+    ScriptPlan,
+    render,
+    sha256,
+)
+from pytest_neuronsupport.runners import Runner, Runners
+
+STACK = {
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "library_version": "5.24.0",
+    "accelerate": None,
+    "python": "3.11.7",
+    "neuronx_cc": None,
+}
+PARAMS = RunParams(
+    model_id="acme/model",
+    checkpoint="/ckpt",
+    runner="dense",
+    device="cpu",
+    backend="inductor",
+    dtype="float32",
+    fullgraph=False,
+)
+RUNNERS = Runners.builtin()
+#: The architecture of each of the encoder's entries.
+HEADS = {
+    "run_masked_lm": "BertForMaskedLM",
+    "run_question_answering": "RobertaForQuestionAnswering",
+    "run_token_classification": "DebertaV2ForTokenClassification",
+    "run_sequence_classification": "DistilBertForSequenceClassification",
+    "run_hidden_states": "BertModel",
+}
+
+
+def script(
+    runner: str = "dense",
+    device: str = "cpu",
+    cores: int = 1,
+    architecture: str | None = None,
+    judge: str | None = None,
+    params: RunParams = PARAMS,
+) -> str:
+    chosen, dev = RUNNERS.get(runner), DEVICES[device]
+    config = {"architectures": [architecture]} if architecture else {}
+    plan = ScriptPlan(
+        runner_module=chosen.module,
+        runner_entry=chosen.entry_for(config, cores),
+        entry="main_ranks" if cores > 1 else "main",
+        ops_class=dev.rank_ops if cores > 1 else dev.ops,
+        runner_column=chosen.column,
+        judged=judge is not None,
+        imported_backend=":" in params.backend,
+    )
+    return render(
+        replace(params, runner=runner, device=device, cores=cores, judge=judge), plan, STACK
+    )
+
+
+def every_script() -> list[tuple[str, str, int, str | None, str | None]]:
+    cases = []
+    for runner in RUNNERS.names():
+        architectures = list(HEADS.values()) if runner == "encoder" else [None]
+        several = [1, 2] if RUNNERS.get(runner).shards else [1]
+        for device in DEVICES:
+            for cores in several:
+                for architecture in architectures:
+                    judges = [None, "/judge"] if RUNNERS.get(runner).generates else [None]
+                    cases.extend((runner, device, cores, architecture, j) for j in judges)
+    return cases
+
+
+def params_literal(text: str) -> object:
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "PARAMS":
+            return ast.literal_eval(node.value)
+    raise AssertionError("no PARAMS")
+
+
+def imported_modules(text: str) -> set[str]:
+    return {
+        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+
+
+def undefined_and_unused(text: str) -> tuple[set[str], set[str]]:
+    """Names the script reads but never defines (nor imports), and top-level definitions it
+    never uses, by Python's own symbol tables."""
+    top = symtable.symtable(text, "run.py", "exec")
+    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    read: set[str] = set()
+
+    def walk(table: symtable.SymbolTable) -> None:
+        for symbol in table.get_symbols():
+            is_top = table.get_type() == "module"
+            if symbol.is_referenced() and (is_top or symbol.is_global()):
+                read.add(symbol.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    tree = ast.parse(text)
+    definitions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)} | {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    used_elsewhere = set()
+    for node in tree.body:
+        own = {getattr(node, "name", None)} | {
+            t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)
+        }
+        used_elsewhere |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - own
+    return read - defined - set(dir(builtins)), definitions - used_elsewhere - {"PARAMS"}
+
+
+@pytest.mark.parametrize(("runner", "device", "cores", "architecture", "judge"), every_script())
+def test_every_script_is_standalone_and_holds_only_what_it_uses(
+    runner: str, device: str, cores: int, architecture: str | None, judge: str | None
+) -> None:
+    text = script(runner, device, cores, architecture, judge)
+    compile(text, "run.py", "exec")
+    modules = imported_modules(text)
+    assert not [m for m in modules if m.startswith("pytest_neuronsupport")]
+    assert {m.split(".")[0] for m in modules} - set(sys.stdlib_module_names) <= {
+        "torch",
+        "transformers",
+        "huggingface_hub",
+        "PIL",
+    }
+    undefined, unused = undefined_and_unused(text)
+    assert undefined == set() and unused == set()
+    assert text.count("from __future__ import annotations") == 1
+    docstrings = [n for n in ast.parse(text).body if isinstance(n, ast.Expr)]
+    assert len(docstrings) == 1  # the runner module's, none of the library's modules
+    assert "pytest_neuronsupport" not in text.replace("pytest-neuronsupport", "")
+    # only this device's class, the rank launcher only on several cores, the judge if set
+    others = {d.ops for d in DEVICES.values()} - {DEVICES[device].ops}
+    assert not any(f"class {name}" in text for name in others)
+    assert ("def launch_ranks" in text) is (cores > 1)
+    assert ("def judge_english" in text) is (judge is not None)
+    entry = "main_ranks" if cores > 1 else "main"
+    assert text.rstrip().splitlines()[-1].strip().startswith(f"raise SystemExit({entry}(PARAMS, ")
+
+
+def lines(text: str) -> int:
+    return len(text.splitlines())
+
+
+def test_scripts_are_short_enough_to_read() -> None:
+    assert lines(script("dense")) <= 300
+    assert lines(script("dense", cores=2, judge="/judge")) <= 450
+    for architecture in HEADS.values():
+        assert lines(script("encoder", architecture=architecture)) <= 300, architecture
+
+
+def test_the_steps_come_first_and_in_the_order_they_run() -> None:
+    text = script("encoder", architecture="BertForMaskedLM")
+    order = [n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+    assert order[:2] == ["run_masked_lm", "forward_and_check"]
+    steps = (
+        ast.get_source_segment(
+            text,
+            next(n for n in ast.parse(text).body if getattr(n, "name", "") == "forward_and_check"),
+        )
+        or ""
+    )
+    marks = [steps.index(f'"{phase}"') for phase in ("load", "forward", "reference")]
+    assert marks == sorted(marks)
+    assert steps.index("compile_forward") < steps.index("outputs(") < steps.index("head.check")
+
+
+HOSTILE = 'x"\n"""\nimport os; os.system("echo pwned")  # \u2028 \\'
+
+
+def test_untrusted_strings_stay_data() -> None:
+    params = replace(
+        PARAMS, model_id=HOSTILE, checkpoint=HOSTILE, backend=HOSTILE, revision=HOSTILE
+    )
+    text = script(params=params)
+    assert params_literal(text) == params.to_dict()
+    header = text.split('"""', 1)[0]
+    assert all(line.startswith("#") for line in header.splitlines() if line)
+    top_level_calls = [
+        n for n in ast.parse(text).body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+    ]
+    assert top_level_calls == []  # nothing runs at import but the __main__ guard
+
+
+def test_the_header_lists_the_stack_and_the_packages_on_top() -> None:
+    text = script()
+    assert '# stack: python "3.11.7", torch "2.13.0", transformers "5.24.0"' in text
+    assert '# pip install "transformers==5.24.0"' in text
+    assert '# model: "acme/model"' in text
+    assert '# runner: "run_dense"' in text
+
+
+def test_the_hash_changes_with_the_test_and_only_with_it() -> None:
+    first = sha256(script())
+    assert first == sha256(script())  # byte-stable
+    assert first != sha256(script(params=replace(PARAMS, backend="aot_eager")))
+    assert first != sha256(script(device="cuda"))
+
+
+LIBRARY = """
+import os
+
+
+def double(x):
+    return 2 * x
+
+
+def announce(text):
+    print(text, os.getpid() > 0)
+"""
+RUNNER = '''
+"""A test double runner: prints twice a number."""
+
+from {package}.{helpers} import announce, double
+
+
+def run(params, ops):
+    announce(double(params["cores"]))
+    return {{"result": "PASS"}}
+'''
+
+
+def make_package(root: Path, package: str, helpers: str) -> None:
+    (root / package).mkdir()
+    (root / package / "__init__.py").write_text("")
+    (root / package / f"{helpers}.py").write_text(LIBRARY)
+    (root / package / "runner.py").write_text(RUNNER.format(package=package, helpers=helpers))
+
+
+def test_moving_code_around_does_not_change_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two packages with the same run code laid out in other modules render the same script:
+    no module name, file name or layout of the code shows in it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    make_package(tmp_path, "layout_one", "helpers")
+    make_package(tmp_path, "layout_two", "shared_code")
+    texts = [
+        render(PARAMS, ScriptPlan(f"{p}.runner", "run", "main", "CpuOps", "run_echo"), STACK)
+        for p in ("layout_one", "layout_two")
+    ]
+    assert texts[0] == texts[1]
+    assert "def double" in texts[0] and "layout_" not in texts[0]
+
+
+def test_run_code_that_cannot_be_made_standalone_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "broken_runner.py").write_text(
+        textwrap.dedent(
+            """
+            def run(params, ops):
+                return helper_nobody_defines(params)
+            """
+        )
+    )
+    plan = ScriptPlan("broken_runner", "run", "main", "CpuOps", "run_broken")
+    with pytest.raises(RenderError, match="'helper_nobody_defines' is used but neither defined"):
+        render(PARAMS, plan, STACK)
+
+
+def test_a_runner_declaration_is_read_without_importing_its_module() -> None:
+    """The built-in declarations the plugin reads from source are the ones the modules make."""
+    import importlib
+
+    for runner in RUNNERS.by_name.values():
+        module = importlib.import_module(runner.module)
+        declared: Runner = module.RUNNER
+        assert declared == replace(runner, module="")
+        for entry in {runner.entry, *(e for _, e in runner.entries)}:
+            assert callable(getattr(module, entry)), (runner.name, entry)
+        if runner.shards:
+            assert callable(getattr(module, runner.ranks_entry)), runner.name
