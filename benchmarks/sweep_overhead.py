@@ -46,16 +46,21 @@ import sys, importlib
 from pathlib import Path
 import torch._dynamo
 from pytest_neuronsupport.modellist import parse
-from pytest_neuronsupport.plan import plan
+from pytest_neuronsupport.pipeline.plan import plan
+from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.runners.lib.device_ops import CpuOps
+runners = Runners.builtin()
 cache = Path(sys.argv[1])
 for spec in parse(Path(sys.argv[2])):
     torch._dynamo.reset()
-    planned = plan(spec, cache)
-    runner = importlib.import_module(f"pytest_neuronsupport.runners.{planned.runner}")
-    params = {"model_id": spec.id, "checkpoint": planned.checkpoint, "runner": planned.runner,
-              "device": "cpu", "backend": "aot_eager", "dtype": "float32", "fullgraph": False,
-              "cores": 1, "revision": None, "task": spec.task, "prefill_chunk": 32, "judge": None}
-    verdict = runner.run(params)
+    planned = plan(spec, cache, runners)
+    module = importlib.import_module(planned.runner.module)
+    run = getattr(module, planned.runner.entry_for(planned.config, 1))
+    params = {"model_id": spec.id, "checkpoint": planned.checkpoint,
+              "runner": planned.runner.name, "device": "cpu", "backend": "aot_eager",
+              "dtype": "float32", "fullgraph": False, "cores": 1, "revision": None,
+              "prefill_chunk": 32, "judge": None}
+    verdict = run(params, CpuOps())
     assert verdict["result"] == "PASS", (spec.id, verdict)
 """
 
