@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport.devices import DEVICES
-from pytest_neuronsupport.pipeline.render import (
-    RenderError,
-    RunParams,
-    ScriptPlan,
-    render,
-    sha256,
-)
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.runcode import RenderError
 from pytest_neuronsupport.runners import Runner, Runners
 
 STACK = {

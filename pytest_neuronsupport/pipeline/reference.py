@@ -17,7 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from pytest_neuronsupport.pipeline.plan import Plan
-from pytest_neuronsupport.pipeline.render import module_source
+from pytest_neuronsupport.pipeline.runcode import module_source
 
 #: Bump when what a reference file holds changes.
 REFERENCE_FORMAT = 2
