@@ -66,17 +66,17 @@ class ModelItem(pytest.Item):
         self.add_marker("neuronsupport")
 
     def runtest(self) -> None:
-        tested = self.pipeline.test(self.spec)
-        if isinstance(tested, NotRun):
-            self.unchanged = tested.unchanged
-            skip_model(tested.reason)
-        self.row = tested.row
-        self.user_properties.extend(report.junit_properties(tested.row))
-        outcome = PYTEST_OUTCOMES[Result(tested.row["result"])]
+        tried = self.pipeline.test(self.spec)
+        if isinstance(tried, NotRun):
+            self.unchanged = tried.unchanged
+            skip_model(tried.reason)
+        self.row = tried.row
+        self.user_properties.extend(report.junit_properties(tried.row))
+        outcome = PYTEST_OUTCOMES[Result(tried.row["result"])]
         if outcome == "failed":
-            raise ModelFailure(report.failure_text(tested.row, tested.run_py))
+            raise ModelFailure(report.failure_text(tried.row, tried.run_py))
         if outcome == "skipped":
-            skip_model(report.skip_text(tested.row))
+            skip_model(report.skip_text(tried.row))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ModelFailure):

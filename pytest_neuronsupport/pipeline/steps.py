@@ -1,7 +1,7 @@
 """One model's test, step by step: plan, size, render, skip if unchanged, lease, isolate,
 classify, and the row it comes to.
 
-:meth:`Pipeline.test` takes a list entry and returns :class:`Tested` (a row to record) or
+:meth:`Pipeline.test` takes a list entry and returns :class:`Tried` (a row to record) or
 :class:`NotRun` (the model is skipped without a row: its ``run.py`` is the one recorded, or the
 sweep's ``--neuron-limit`` is reached). Whatever goes wrong on the way, in the model's run or in
 this code, the model gets its row. Nothing here knows pytest: the session and the items call it.
@@ -37,7 +37,7 @@ from pytest_neuronsupport.stack import LIBRARY
 
 
 @dataclass(frozen=True)
-class Tested:
+class Tried:
     """A model's row (JSON form: what a report carries and a journal stores), and its script."""
 
     row: dict[str, Any]
@@ -118,20 +118,20 @@ class Pipeline:
 
     # --- the test of one model ------------------------------------------------------------------
 
-    def test(self, spec: ModelSpec) -> Tested | NotRun:
+    def test(self, spec: ModelSpec) -> Tried | NotRun:
         """Plan, size, render, run and classify one model."""
         if self.budget.exhausted():
             return NotRun(f"--neuron-limit {self.settings.limit} reached")
         row = self.base_row(spec)
         try:
-            tested = self._test(spec, row)
+            tried = self._test(spec, row)
         except Exception:  # a bug of ours must not cost the model its row
             error = traceback.format_exc()
             why = f"pytest-neuronsupport could not run it: {error.strip().splitlines()[-1]}"
-            tested = Tested({**row, **classify.crashed(why, error)})
-        return tested if isinstance(tested, NotRun) else self.decided(tested, spec)
+            tried = Tried({**row, **classify.crashed(why, error)})
+        return tried if isinstance(tried, NotRun) else self.decided(tried, spec)
 
-    def _test(self, spec: ModelSpec, row: dict[str, Any]) -> Tested | NotRun:
+    def _test(self, spec: ModelSpec, row: dict[str, Any]) -> Tried | NotRun:
         s = self.settings
         planned = size(
             plan(spec, s.cache, self.runners),
@@ -140,11 +140,11 @@ class Pipeline:
             core_capacity_gb=s.core_capacity_gb,
         )
         if planned.exclusion is not None:
-            return Tested({**row, **classify.excluded(planned.exclusion)})
+            return Tried({**row, **classify.excluded(planned.exclusion)})
         if planned.load_error is not None or planned.runner is None:
             if not self.budget.take():
                 return NotRun(f"--neuron-limit {s.limit} reached")
-            return Tested({**row, **classify.load_failed(str(planned.load_error))})
+            return Tried({**row, **classify.load_failed(str(planned.load_error))})
         text = render(*self.script(planned), self.stack)
         unchanged = self.unchanged(spec.id, sha256(text))
         if unchanged is not None:
@@ -162,7 +162,7 @@ class Pipeline:
             run_py=text,
             run_py_sha256=sha256(text),
         )
-        return Tested({**row, **fields}, run_py)
+        return Tried({**row, **fields}, run_py)
 
     def base_row(self, spec: ModelSpec) -> dict[str, Any]:
         """The fields of a model's row known before it runs."""
@@ -253,19 +253,19 @@ class Pipeline:
 
             return self.executor.run(request, started=started)
 
-    def decided(self, tested: Tested, spec: ModelSpec) -> Tested:
+    def decided(self, tried: Tried, spec: ModelSpec) -> Tried:
         """The row as recorded: users' hooks may replace its result and change its fields; it
         must then fit the dataset's schema."""
-        row = tested.row
+        row = tried.row
         try:
             verdict = self.hooks.verdict(row, spec)
             if verdict is not None:
                 classify.overridden(row, verdict, "pytest_neuronsupport_verdict")
             self.hooks.row(row, spec)
-            return Tested(row_to_json(validate_row(row)), tested.run_py)
+            return Tried(row_to_json(validate_row(row)), tried.run_py)
         except Exception as exc:
             why = f"its row could not be recorded: {type(exc).__name__}: {exc}"
-            return Tested(classify.unrecordable(row, why), tested.run_py)
+            return Tried(classify.unrecordable(row, why), tried.run_py)
 
     def crashed(self, spec: ModelSpec, why: str) -> dict[str, Any]:
         """The row of a model whose process died while running it (an xdist worker)."""
