@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
+import subprocess
 import symtable
 import sys
 import textwrap
@@ -294,3 +296,18 @@ def test_a_runner_declaration_is_read_without_importing_its_module() -> None:
             assert callable(getattr(module, entry)), (runner.name, entry)
         if runner.shards:
             assert callable(getattr(module, runner.ranks_entry)), runner.name
+
+
+def test_the_plugin_side_imports_neither_torch_nor_transformers() -> None:
+    """Collection, the session and the pipeline run in every xdist worker: they read the run
+    side's declarations and share its standard-library modules, never import its torch code."""
+    code = (
+        "import json, sys\n"
+        "from pytest_neuronsupport import session, plugin, cli\n"
+        "from pytest_neuronsupport.modellist import default_lists, parse\n"
+        "from pytest_neuronsupport.runners import Runners\n"
+        "parse(default_lists()[0], Runners.builtin())\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == []
