@@ -28,8 +28,8 @@ STACK = {
     "neuronx_cc": None,
 }
 PARAMS = RunParams(
-    model_id="acme/model",
-    checkpoint="/ckpt",
+    model_id="acme-research/roberta-base-squad2",  # long enough to take a line of its own
+    checkpoint="/home/someone/.cache/pytest-neuronsupport/zoo/v1-transformers-5.24.0/roberta-qa",
     runner="dense",
     device="cpu",
     backend="inductor",
@@ -186,7 +186,7 @@ def test_the_steps_come_first_and_in_the_order_they_run() -> None:
     )
     marks = [steps.index(f'"{phase}"') for phase in ("load", "forward", "reference")]
     assert marks == sorted(marks)
-    assert steps.index("compile_forward") < steps.index("outputs(") < steps.index("head.check")
+    assert steps.index("compile_forward") < steps.index("head.forward(") < steps.index("head.check")
 
 
 HOSTILE = 'x"\n"""\nimport os; os.system("echo pwned")  # \u2028 \\'
@@ -210,7 +210,7 @@ def test_the_header_lists_the_stack_and_the_packages_on_top() -> None:
     text = script()
     assert '# stack: python "3.11.7", torch "2.13.0", transformers "5.24.0"' in text
     assert '# pip install "transformers==5.24.0"' in text
-    assert '# model: "acme/model"' in text
+    assert '# model: "acme-research/roberta-base-squad2"' in text
     assert '# runner: "run_dense"' in text
 
 

@@ -149,15 +149,16 @@ def _import_lines(statements: list[str]) -> str:
 
 
 def params_literal(params: RunParams) -> str:
-    """``PARAMS = {...}``: each value by ``repr`` (plain values only), wrapped at 100 columns."""
-    lines, line = [], ""
-    for key, value in sorted(params.to_dict().items()):
-        item = f"{key!r}: {value!r},"
-        if line and len(line) + len(item) > 94:
-            lines.append(line)
-            line = ""
-        line = f"{line} {item}" if line else item
-    return "PARAMS = {\n" + "".join(f"    {ln}\n" for ln in [*lines, line]) + "}"
+    """``PARAMS = {...}``: each value by ``repr`` (plain values only), in the order of
+    :class:`RunParams`, short ones packed in lines of 100 columns, long ones (paths) last."""
+    items = [f"{key!r}: {value!r}," for key, value in params.to_dict().items()]
+    lines: list[str] = []
+    for item in sorted(items, key=lambda item: len(item) > 40):  # stable: the order stays
+        if lines and len(item) <= 40 and len(lines[-1]) + len(item) < 96:
+            lines[-1] += f" {item}"
+        else:
+            lines.append(item)
+    return "PARAMS = {\n" + "".join(f"    {line}\n" for line in lines) + "}"
 
 
 def render(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None]) -> str:

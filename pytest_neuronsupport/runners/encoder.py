@@ -1,7 +1,6 @@
-"""``run_encoder``: a text encoder runs one compiled forward pass on ``"My name is Wolfgang and
-I live in Berlin."`` padded to 128 tokens (``Berlin`` masked for a masked LM; after the question
-``"Where do I live?"`` for question answering), loaded with the head class its checkpoint declares.
-The CPU runs it in fp32 (the reference) and in bf16: the device is held to what bf16 achieves.
+"""``run_encoder``: one compiled forward pass on ``"My name is Wolfgang and I live in Berlin."``
+(128 tokens; ``Berlin`` masked for a masked LM; after ``"Where do I live?"`` for question answering)
+with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32.
 """
 
 from __future__ import annotations
@@ -82,6 +81,16 @@ class Head:
     outputs: Callable[[Any, dict[str, torch.Tensor], Any], torch.Tensor]  # (out, inputs, tok)
     describe: Callable[[torch.Tensor, Any, Any, dict[str, torch.Tensor]], str]  # → notes
     check: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, str], Check]  # fp32, bf16, dev
+
+    def forward(self, model: Any, encoded: dict[str, Any], tokenizer: Any, device: str) -> Any:
+        """One forward pass; the outputs the check compares, on the CPU in fp32."""
+        accepted = inspect.signature(
+            type(model).forward
+        ).parameters  # DistilBERT: no token_type_ids
+        inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
+        with torch.inference_mode():
+            out = model(**inputs)
+        return self.outputs(out, inputs, tokenizer).float().cpu()
 
 
 def run_masked_lm(params: dict[str, Any], ops: Any) -> dict[str, Any]:
@@ -206,7 +215,7 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         model = load_pretrained(cls, params, params["dtype"], params["device"])
     with step("forward", Result.FAIL_FORWARD):
         compile_forward(params, model)
-        values = outputs(head, model, encoded, tokenizer, params["device"])
+        values = head.forward(model, encoded, tokenizer, params["device"])
     ops.synchronize()
     wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
     verdict = {
@@ -252,25 +261,14 @@ def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
     return dict(tokenizer(*texts, return_tensors="pt", **padding))
 
 
-def outputs(
-    head: Head, model: Any, encoded: dict[str, torch.Tensor], tokenizer: Any, device: str
-) -> torch.Tensor:
-    """One forward pass; the outputs the check compares, on the CPU in fp32."""
-    accepted = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
-    inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
-    with torch.inference_mode():
-        out = model(**inputs)
-    return head.outputs(out, inputs, tokenizer).float().cpu()
-
-
 def cpu_reference(
     params: dict[str, Any], head: Head, cls: Any, encoded: dict[str, Any], tokenizer: Any
 ) -> dict[str, Any]:
     """The CPU's outputs in fp32 (twice: are they reproducible?) and in bf16."""
     model = load_pretrained(cls, params, "float32", "cpu")
-    fp32, again = (outputs(head, model, encoded, tokenizer, "cpu") for _ in range(2))
+    fp32, again = (head.forward(model, encoded, tokenizer, "cpu") for _ in range(2))
     model = load_pretrained(cls, params, "bfloat16", "cpu")
-    bf16 = outputs(head, model, encoded, tokenizer, "cpu")
+    bf16 = head.forward(model, encoded, tokenizer, "cpu")
     difference = float((fp32 - again).abs().max()) if fp32.numel() else 0.0
     info = {"reference_reproducible": bool(torch.equal(fp32, again))}
     return {"fp32": fp32, "bf16": bf16, "info": {**info, "reference_max_difference": difference}}
