@@ -122,7 +122,7 @@ def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
     assert row["notes"] == notes
     assert "test-only backend: about to" in row["error"]  # the ranks' output tail is kept
     script = next((sweep.results / "runs").glob("*/*/zoo--llama-2core/run.py"))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # killed at once; reaped in seconds even when busy
     while run_processes_of(script) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert run_processes_of(script) == []

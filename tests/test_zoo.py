@@ -247,15 +247,13 @@ def test_ensure_built_concurrently(tmp_path: Path, zoo_built: Path) -> None:
     assert [p.name for p in final.parent.iterdir() if p.name.startswith(".")] == []
 
 
-def test_ensure_built_again_is_fast_and_does_not_rebuild(
+def test_ensure_built_again_does_not_rebuild(
     zoo_built: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = zoo.zoo_root(zoo_built) / "llama"
     stamps = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in path.iterdir()}
     caplog.set_level(logging.INFO, logger=zoo.__name__)
-    start = time.perf_counter()
     assert zoo.ensure_built("llama", zoo_built) == path
-    assert time.perf_counter() - start < 0.5
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in path.iterdir()} == stamps
     assert "building" not in caplog.text
 
