@@ -60,8 +60,8 @@ class Module:
     #: The module docstring as written in the source (quotes included), if any.
     docstring: str | None
     definitions: Mapping[str, Definition]
-    #: Bound name → (module, name) of a ``from pytest_neuronsupport... import`` line.
-    internal: Mapping[str, tuple[str, str]]
+    #: Bound name → (module, name), for the imports from the packages copied into scripts.
+    copied: Mapping[str, tuple[str, str]]
     #: Bound name → the import statements (normalised text) that bind it.
     external: Mapping[str, tuple[str, ...]]
 
@@ -93,13 +93,13 @@ def _parse(name: str, source: str, packages: tuple[str, ...]) -> Module:
         if isinstance(first.value.value, str) and first.end_lineno is not None:
             docstring = "\n".join(lines[first.lineno - 1 : first.end_lineno])
     definitions: dict[str, Definition] = {}
-    internal: dict[str, tuple[str, str]] = {}
+    copied: dict[str, tuple[str, str]] = {}
     external: dict[str, list[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
             continue
         if isinstance(node, ast.ImportFrom) and (
-            node.level or _is_internal(node.module or "", packages)
+            node.level or _copied_from(node.module or "", packages)
         ):
             for alias in node.names:
                 if node.level or (alias.asname and alias.asname != alias.name):
@@ -107,10 +107,10 @@ def _parse(name: str, source: str, packages: tuple[str, ...]) -> Module:
                         f"{name}, line {node.lineno}: run code imports the names it shares "
                         "absolutely and unrenamed (from package.module import name)"
                     )
-                internal[alias.name] = (str(node.module), alias.name)
+                copied[alias.name] = (str(node.module), alias.name)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for alias in node.names:
-                if isinstance(node, ast.Import) and _is_internal(alias.name, packages):
+                if isinstance(node, ast.Import) and _copied_from(alias.name, packages):
                     raise RenderError(f"{name}, line {node.lineno}: 'import {alias.name}'")
                 bound = alias.asname or alias.name.split(".")[0]
                 external.setdefault(bound, []).append(_import_text(node, alias))
@@ -127,13 +127,13 @@ def _parse(name: str, source: str, packages: tuple[str, ...]) -> Module:
         name,
         docstring,
         definitions,
-        internal,
+        copied,
         {k: tuple(dict.fromkeys(v)) for k, v in external.items()},
     )
 
 
-def _is_internal(module: str, internal: tuple[str, ...]) -> bool:
-    return any(module == top or module.startswith(top + ".") for top in internal)
+def _copied_from(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == top or module.startswith(top + ".") for top in packages)
 
 
 def _import_text(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str:
@@ -238,8 +238,9 @@ def _docstrings(node: ast.stmt, lines: list[str], start: int, *, keep: bool) -> 
 class Selection:
     """The definitions and imports one script needs, in the order they are written."""
 
-    def __init__(self, internal: tuple[str, ...]) -> None:
-        self.internal = internal
+    def __init__(self, packages: tuple[str, ...]) -> None:
+        #: The packages whose definitions are copied (anything else is imported).
+        self.packages = packages
         self.constants: list[Definition] = []
         self.code: list[Definition] = []
         self.imports: dict[str, None] = {}
@@ -258,11 +259,11 @@ class Selection:
                 self._add_definition(found)
 
     def _resolve(self, module: str, name: str, seen: tuple[str, ...]) -> Definition | None:
-        parsed = load_module(module, self.internal)
+        parsed = load_module(module, self.packages)
         if name in parsed.definitions:
             return parsed.definitions[name]
-        if name in parsed.internal:
-            target = parsed.internal[name]
+        if name in parsed.copied:
+            target = parsed.copied[name]
             if f"{target[0]}:{target[1]}" in seen:
                 raise RenderError(f"{module}: {name!r} is imported in a circle")
             return self._resolve(*target, seen=(*seen, f"{module}:{name}"))
@@ -302,7 +303,7 @@ class Selection:
         """Import what the kept definitions' annotations name, where that is an import (a
         reader, or a type checker, then finds every name)."""
         for definition in [*self.constants, *self.code]:
-            parsed = load_module(definition.module, self.internal)
+            parsed = load_module(definition.module, self.packages)
             for name in sorted(definition.annotations):
                 if name in parsed.external and self._names.get(name, ("import", name)) == (
                     "import",
