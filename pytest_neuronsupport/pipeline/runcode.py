@@ -305,10 +305,8 @@ class Selection:
         for definition in [*self.constants, *self.code]:
             parsed = load_module(definition.module, self.packages)
             for name in sorted(definition.annotations):
-                if name in parsed.external and self._names.get(name, ("import", name)) == (
-                    "import",
-                    name,
-                ):
+                owner = self._names.get(name)  # a definition of the script may share the name
+                if name in parsed.external and (owner is None or owner[0] == "import"):
                     self._resolve(definition.module, name, seen=())
 
     def _only_constants(self, definition: Definition) -> bool:

@@ -225,18 +225,22 @@ class Pipeline:
     def execute(self, planned: Plan, run_py: Path) -> Outcome:
         """Lease the cores, run the script isolated and pinned, and wait for it."""
         s = self.settings
+        env = dict(os.environ)
+        for name, value in (
+            ("PYTHONUNBUFFERED", "1"),
+            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+            ("TOKENIZERS_PARALLELISM", "false"),
+        ):
+            env.setdefault(name, value)
+        env.update(s.device.run_env(s.cache))
+        env.pop(REFERENCE_ENV, None)
+        # hashing the checkpoint's files happens before the lease: the cores wait for no I/O
+        reference = reference_file(s.cache / "references", planned, self.stack)
+        if reference is not None:
+            reference.parent.mkdir(parents=True, exist_ok=True)
+            env[REFERENCE_ENV] = str(reference)
         with self.allocator.lease(planned.cores) as lease:
-            env = dict(os.environ)
-            env.update(s.device.run_env(s.cache))
             env.update(s.device.pin_env(lease.cores))
-            env.pop(REFERENCE_ENV, None)
-            reference = reference_file(s.cache / "references", planned, self.stack)
-            if reference is not None:
-                reference.parent.mkdir(parents=True, exist_ok=True)
-                env[REFERENCE_ENV] = str(reference)
-            for name, value in (("PYTHONUNBUFFERED", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
-                env.setdefault(name, value)
-            env.setdefault("TOKENIZERS_PARALLELISM", "false")
             request = RunRequest(
                 script=run_py,
                 cwd=s.workdir,
