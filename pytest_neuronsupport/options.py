@@ -108,6 +108,18 @@ OPTIONS: tuple[Option, ...] = (
         "MODEL",
     ),
     Option(
+        "baseline",
+        "expected results (TOML from `neuronsupport baseline update`): a regression, or an "
+        "improvement not yet in it, fails the session",
+        "FILE",
+        kind="path",
+    ),
+    Option(
+        "baseline-allow-improvements",
+        "models better than their baseline are listed but do not fail the session",
+        kind="flag",
+    ),
+    Option(
         "isolation",
         "fork: runs forked from a warm server (default); fresh: a new python",
         choices=ISOLATIONS,
@@ -177,6 +189,9 @@ class Settings:
     prefill_chunk: int | None = 32
     #: The English judge: a Hub id, a local checkpoint or a zoo model (None: no judge).
     judge: str | None = None
+    #: Expected results to hold the sweep against (None: no check).
+    baseline: Path | None = None
+    baseline_allow_improvements: bool = False
 
     @property
     def core_capacity_gb(self) -> float:
@@ -220,6 +235,10 @@ class _Values:
 
     def path(self, name: str, default: Path) -> Path:
         """Flags are relative to the invocation folder, ini keys to the ini file's folder."""
+        return self.optional_path(name) or default.resolve()
+
+    def optional_path(self, name: str) -> Path | None:
+        """The option's path, or None when neither its flag nor its ini key is given."""
         option = BY_NAME[name]
         flag = self.config.getoption(f"neuron_{option.dest}")
         if flag is not None:
@@ -228,7 +247,7 @@ class _Values:
         if ini:
             base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
             return (base / str(ini)).resolve()
-        return default.resolve()
+        return None
 
     def lists(self) -> list[Path]:
         flag = self.config.getoption("neuron_models")
@@ -266,4 +285,6 @@ def settings_from(config: pytest.Config) -> Settings:
         core_memory_gb=values.number("core-memory"),
         prefill_chunk=int(chunk) if chunk else None,
         judge=values.text("judge"),
+        baseline=values.optional_path("baseline"),
+        baseline_allow_improvements=bool(config.getoption("neuron_baseline_allow_improvements")),
     )

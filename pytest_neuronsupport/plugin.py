@@ -53,7 +53,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # The model lists are what the session collects, beside any path given explicitly.
     explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
     config.args = [str(p) for p in settings.lists] + list(explicit)
-    session = SweepSession(config, settings, runners)
+    expected = None
+    if settings.baseline is not None:
+        from pytest_neuronsupport import baseline
+
+        try:
+            expected = baseline.read(settings.baseline)
+        except baseline.BaselineError as exc:
+            raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+    session = SweepSession(config, settings, runners, baseline=expected)
     config.pluginmanager.register(session, "neuronsupport-session")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuronsupport-xdist")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -71,3 +72,28 @@ def failure_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
             why = why or first_line(row.get("error"), 200)
             lines.append(f"{row['result']:<14} {row['model_id']}  {why}")
     return lines
+
+
+def skip_reason(rep: Any) -> str:
+    """The reason of a skipped test's report (pytest keeps it as ``(path, line, reason)``)."""
+    longrepr = rep.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return first_line(str(longrepr or rep.outcome), 200)
+
+
+def junit_global_properties(config: Any, comparison: Comparison) -> None:
+    """The baseline's verdict as properties of the junit test suite (``--junitxml``): the
+    counts of each kind, and the models that fail it."""
+    from _pytest.junitxml import xml_key  # pytest's own store of its junit writer
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    xml.add_global_property("baseline", comparison.baseline.pair)
+    xml.add_global_property("baseline_ok", str(comparison.ok).lower())
+    for kind, count in comparison.counts().items():
+        xml.add_global_property(f"baseline_{kind.replace(' ', '_')}", count)
+    for entry in comparison.failing:
+        change = f"{entry.model_id}: {entry.expected} -> {entry.actual}"
+        xml.add_global_property(f"baseline_failing_{entry.kind}", change)

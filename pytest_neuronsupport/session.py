@@ -19,18 +19,20 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import report, xdist
+from pytest_neuronsupport import baseline, report, xdist
+from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import pair_path
+from pytest_neuronsupport.dataset.layout import pair_path, run_dir
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
+from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelSpec, parse
 from pytest_neuronsupport.options import Settings
-from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES, unrecordable
+from pytest_neuronsupport.pipeline.classify import unrecordable
 from pytest_neuronsupport.pipeline.steps import Pipeline
+from pytest_neuronsupport.progress import UNCHANGED, Progress, model_line, recorded_costs
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
 #: The report attributes that carry a model's row, and the mark of a model not run again.
@@ -51,7 +53,12 @@ class SweepSession:
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    unchanged: int = 0
+    #: Models not run again (their run.py is the one recorded).
+    unchanged: list[str] = field(default_factory=list)
+    #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
+    baseline: Baseline | None = None
+    comparison: Comparison | None = None
+    progress: Progress | None = None
 
     @cached_property
     def sweep_id(self) -> str:
@@ -76,6 +83,9 @@ class SweepSession:
         """Recover the rows of killed sweeps, and open this sweep's journal (controller only)."""
         if xdist.is_worker(self.config):
             return
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and self.lines_per_model:
+            tr.showfspath = False  # each model's line names it
         self.settings.results.mkdir(parents=True, exist_ok=True)
         self.note_merge(merge_journals(self.settings.results))
         self.journal = Journal(self.settings.results)
@@ -87,27 +97,48 @@ class SweepSession:
         if isinstance(item, ModelItem) and call.when == "call":
             if item.row is not None:
                 self.attach_row(rep, item.row)
+                self.hold_against_baseline(rep, item.row, item.user_properties)
             setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
         return rep
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Without xdist: the models to run are known; start counting (controller only)."""
+        if not xdist.is_worker(self.config):
+            self.start_progress([item.name for item in session.items])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Journal each row the moment its test ends (controller only)."""
         if xdist.is_worker(self.config):
             return
         row = getattr(report, ROW_ATTRIBUTE, None)
+        model_id = report.nodeid.rsplit("::", 1)[-1]
         if row is not None:
             self.record(row)
+            self.show_progress(model_id, row, report)
         elif getattr(report, UNCHANGED_ATTRIBUTE, False):
-            self.unchanged += 1
+            self.unchanged.append(model_id)
+            self.show_progress(model_id, None, report)
+        elif hasattr(report, UNCHANGED_ATTRIBUTE):  # a model's test that ran nothing
+            self.show_progress(model_id, None, report)
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, str] | None:
+        """A model's result as its pytest status; in the default verbosity no letter, as each
+        model gets a line of its own (:meth:`show_progress`), skipped ones included."""
         row = getattr(report, ROW_ATTRIBUTE, None)
         if row is None:
+            if hasattr(report, UNCHANGED_ATTRIBUTE) and self.lines_per_model:
+                return report.outcome, "", report.outcome.upper()
             return None
-        outcome = PYTEST_OUTCOMES.get(Result(row["result"]), "failed")
-        return outcome, _LETTERS[outcome], str(row["result"])
+        word = str(row["result"])
+        if hasattr(report, "wasxfail"):
+            category, letter = ("xpassed", "X") if report.passed else ("xfailed", "x")
+            word = f"{category.upper()[:5]} {word}"
+        else:
+            category = report.outcome
+            letter = _LETTERS[category]
+        return category, "" if self.lines_per_model else letter, word
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.config.option.collectonly:
@@ -120,7 +151,7 @@ class SweepSession:
         tr.write_line(f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}")
         line = report.counts_line(self.rows)
         if self.unchanged:
-            line += f"; {self.unchanged} unchanged (not run again)"
+            line += f"; {len(self.unchanged)} unchanged (not run again)"
         tr.write_line(line)
         for failure in report.failure_lines(self.rows):
             tr.write_line(failure)
@@ -128,9 +159,17 @@ class SweepSession:
         tr.write_line(f"dataset: {dataset}")
         for problem in self.problems:
             tr.write_line(f"problem: {problem}", yellow=True)
+        if self.comparison is not None:
+            tr.section(f"neuronsupport: held against the baseline {s.baseline}", sep="-")
+            if self.comparison.baseline.pair != self.pipeline.pair.removesuffix(".parquet"):
+                tr.write_line(f"(the baseline was written for {self.comparison.baseline.pair})")
+            for number, text in enumerate(self.comparison.lines()):
+                tr.write_line(text, red=number == 0 and not self.comparison.ok)
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: it gets the baseline
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Merge this sweep's journal into the parquet dataset (controller only)."""
+        """Merge this sweep's journal into the parquet dataset, then hold the sweep against
+        the baseline (controller only)."""
         if xdist.is_worker(self.config) or self.journal is None:
             return
         path = self.journal.path
@@ -138,11 +177,98 @@ class SweepSession:
         self.journal = None
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.pipeline.budget.remove()
+        if self.baseline is not None:
+            self.comparison = self.compare_with_baseline()
+            report.junit_global_properties(self.config, self.comparison)
+            if not self.comparison.ok and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     # --- the state ---------------------------------------------------------------------------
 
     def attach_row(self, rep: pytest.TestReport, row: dict[str, Any]) -> None:
         setattr(rep, ROW_ATTRIBUTE, row)
+
+    def hold_against_baseline(
+        self, rep: pytest.TestReport, row: dict[str, Any], properties: list[tuple[str, object]]
+    ) -> None:
+        """An expected failure becomes xfailed, an improvement xpassed or failed (strict), a
+        regression failed; the test's junit ``properties`` get the expectation."""
+        if self.baseline is None:
+            return
+        expected = self.baseline.expected.get(row["model_id"])
+        held = baseline.pytest_outcome(
+            expected, str(row["result"]), self.settings.baseline_allow_improvements
+        )
+        kind = held[0] if held else baseline.decide(expected, str(row["result"]))
+        properties.append(("baseline_expected", expected.result if expected else "-"))
+        properties.append(("baseline", kind.value))
+        if held is None:
+            return
+        _, outcome, reason = held
+        if outcome == "failed":
+            rep.outcome = "failed"
+            rep.longrepr = f"{reason}\n{rep.longrepr}" if rep.longrepr else reason
+        else:
+            rep.outcome = "skipped" if outcome == "xfailed" else "passed"
+            rep.wasxfail = reason
+
+    def compare_with_baseline(self) -> Comparison:
+        """This sweep's models (their rows, or the recorded rows of those not run again)
+        held against the baseline."""
+        assert self.baseline is not None
+        results, pair = self.settings.results, self.pipeline.pair
+        rows = list(self.rows)
+        rows += [r for m in self.unchanged if (r := find_row(results, pair, m)) is not None]
+        run_py = {r["model_id"]: run_dir(results, pair, r["model_id"]) / "run.py" for r in rows}
+        return baseline.compare(
+            self.baseline,
+            rows,
+            run_py=run_py,
+            allow_improvements=self.settings.baseline_allow_improvements,
+        )
+
+    # --- progress ----------------------------------------------------------------------------
+
+    @property
+    def lines_per_model(self) -> bool:
+        """A line per finished model replaces pytest's letters in the default verbosity."""
+        return self.config.get_verbosity() == 0 and not self.config.option.collectonly
+
+    def start_progress(self, models: list[str]) -> None:
+        def recorded(model_id: str) -> dict[str, Any] | None:
+            return find_row(self.settings.results, self.pipeline.pair, model_id)
+
+        self.progress = Progress(models, recorded_costs(models, recorded))
+
+    def show_progress(
+        self, model_id: str, row: dict[str, Any] | None, rep: pytest.TestReport
+    ) -> None:
+        """A line for the model; the status stays on the last line of a terminal, and is a
+        line of its own in a log at each tenth of the sweep."""
+        if self.progress is None:
+            self.start_progress([])
+        assert self.progress is not None
+        unchanged = getattr(rep, UNCHANGED_ATTRIBUTE, False)
+        result = str(row["result"]) if row else UNCHANGED if unchanged else rep.outcome
+        self.progress.finished(model_id, result, None if row is None else row.get("wall_s"))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or not self.lines_per_model:
+            return
+        if row is not None:
+            line = model_line(row)
+        else:
+            why = "run.py as recorded" if unchanged else report.skip_reason(rep)
+            line = f"{result:<13} {model_id}  ({why})"
+        status = self.progress.status_line()
+        if tr.isatty():
+            tr.rewrite(line, erase=True)
+            tr.write("\n")
+            tr.write(status, flush=True)
+            tr.currentfspath = -2  # the next write of pytest's starts a new line
+        else:
+            tr.write_line(line)
+            if self.progress.milestone():
+                tr.write_line(status)
 
     def record(self, row: dict[str, Any]) -> None:
         """Keep a row and journal it; a row that does not fit the dataset is kept as

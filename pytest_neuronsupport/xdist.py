@@ -32,6 +32,7 @@ class Sweep(Protocol):
     def sweep_id(self) -> str: ...
     def attach_row(self, rep: pytest.TestReport, row: dict[str, Any]) -> None: ...
     def crashed_row(self, nodeid: str, why: str) -> dict[str, Any]: ...
+    def start_progress(self, models: list[str]) -> None: ...
 
 
 class XdistHooks:
@@ -43,6 +44,13 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         """Hand the sweep's id to each worker (for the shared --neuron-limit count)."""
         node.workerinput[SWEEP_ID_KEY] = self.session.sweep_id
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The controller collects nothing: the first worker's collection is the sweep's."""
+        if getattr(self, "_collected", False):
+            return
+        self._collected = True
+        self.session.start_progress([nodeid.rsplit("::", 1)[-1] for nodeid in ids])
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker died while running a model: that model's row is FAIL(other)."""

@@ -74,6 +74,8 @@ def hanging_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> 
 
 
 def _misbehave(how: str) -> None:
+    if how == "raise":
+        raise RuntimeError("test-only backend: refuses this model")
     if how == "segfault":
         os.kill(os.getpid(), signal.SIGSEGV)
     elif how == "abort":
@@ -98,10 +100,10 @@ def misbehaving_by_model_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:
     """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
-    (``zoo:llama=segfault,zoo:gpt2=abort,...``: segfault, abort, hang, memory, kill-worker;
-    ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the graph faithfully
-    for every other model. One sweep can then meet every kind of crash. The model is read from
-    run.py's PARAMS (the script is ``__main__``)."""
+    (``zoo:llama=segfault,zoo:gpt2=abort,...``: raise, segfault, abort, hang, memory,
+    kill-worker; ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the
+    graph faithfully for every other model. One sweep can then meet every kind of crash. The
+    model is read from run.py's PARAMS (the script is ``__main__``)."""
     import sys
 
     plan = dict(

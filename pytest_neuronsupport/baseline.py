@@ -1,0 +1,316 @@
+"""Expected results: a baseline file per pair, and each model's result held against it.
+
+As PyTorch's dynamo CI holds each model against its expected-accuracy CSV: a model that passed
+and now fails, or fails in another phase, is a **regression**; one that now passes where it
+did not is an **improvement**, which also fails a check until the baseline is updated (unless
+improvements are allowed), so the baseline never silently goes stale. A model marked flaky is
+reported but never fails a check. The file is TOML, one line per model, so that a reviewer reads
+a change of expectations in a diff::
+
+    # Expected results of pytest-neuronsupport ...
+    pair = "inductor-2.13.0/transformers-5.24.0"
+
+    [expected]
+    "zoo:bert-mlm" = "PASS"
+    "zoo:t5" = "FAIL(gen)"
+    "org/sometimes" = { result = "FAIL(output)", flaky = true }
+
+Standard library only (no torch): the plugin, its workers and the command all read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_neuronsupport.runners.lib.protocol import Result
+
+__all__ = [
+    "Baseline",
+    "BaselineError",
+    "Comparison",
+    "Entry",
+    "Expected",
+    "Kind",
+    "decide",
+    "read",
+    "write",
+]
+
+_RESULTS: Final = tuple(member.value for member in Result)
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be read; the message names the file (and line)."""
+
+
+class Kind(StrEnum):
+    """How a model's result stands against its expected one."""
+
+    SAME = "same"
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    #: EXCLUDED became FAIL(...), or the other way round: the baseline is stale.
+    CHANGED = "changed"
+    #: Differs, but the baseline marks the model flaky.
+    FLAKY = "flaky"
+    #: In the baseline, no result in this sweep (or dataset).
+    NOT_RUN = "not run"
+    #: A result, not in the baseline.
+    NEW = "new"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A model's expected result."""
+
+    result: str
+    flaky: bool = False
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The expected results of one pair: model id → :class:`Expected`."""
+
+    pair: str
+    expected: dict[str, Expected] = field(default_factory=dict)
+
+    @classmethod
+    def from_results(
+        cls, pair: str, results: Mapping[str, str], previous: Baseline | None = None
+    ) -> Baseline:
+        """The baseline of ``results`` (model → result), keeping ``previous``'s flaky marks."""
+        flaky = {m for m, e in previous.expected.items() if e.flaky} if previous else set()
+        return cls(pair, {m: Expected(r, m in flaky) for m, r in sorted(results.items())})
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a TOML basic string (JSON's escapes are TOML's; DEL must be escaped too)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def text(baseline: Baseline) -> str:
+    """The file's text: a header, the pair, then one line per model in id order."""
+    lines = [
+        "# Expected results of a pytest-neuronsupport sweep, one line per model.",
+        "# Written by `neuronsupport baseline update`; a model marked flaky never fails a check:",
+        '#   "org/model" = { result = "FAIL(gen)", flaky = true }',
+        f"pair = {_quoted(baseline.pair)}",
+        "",
+        "[expected]",
+    ]
+    for model_id in sorted(baseline.expected):
+        expected = baseline.expected[model_id]
+        value = _quoted(expected.result)
+        if expected.flaky:
+            value = f"{{ result = {value}, flaky = true }}"
+        lines.append(f"{_quoted(model_id)} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path, baseline: Baseline) -> None:
+    """Write the baseline to ``path`` atomically (a temporary file renamed over it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text(baseline))
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _expected(path: Path, model_id: str, value: object) -> Expected:
+    where = f"{path}: [expected] {model_id!r}"
+    if isinstance(value, dict):
+        unknown = set(value) - {"result", "flaky"}
+        if unknown:
+            raise BaselineError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        flaky = value.get("flaky", False)
+        if not isinstance(flaky, bool):
+            raise BaselineError(f"{where}: flaky must be true or false, not {flaky!r}")
+        result: object = value.get("result")
+    else:
+        result, flaky = value, False
+    if result not in _RESULTS:
+        raise BaselineError(f"{where}: result must be one of {', '.join(_RESULTS)}, not {result!r}")
+    return Expected(str(result), flaky)
+
+
+def read(path: Path) -> Baseline:
+    """Read a baseline file.
+
+    Raises:
+        BaselineError: missing, not TOML (the message has the line), or an unknown result.
+    """
+    path = Path(path)
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read the baseline: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"{path}: not a baseline file: {exc}") from None
+    pair, expected = data.get("pair"), data.get("expected", {})
+    if not isinstance(pair, str) or not isinstance(expected, dict):
+        raise BaselineError(f'{path}: expected `pair = "..."` and an [expected] table')
+    unknown = set(data) - {"pair", "expected"}
+    if unknown:
+        raise BaselineError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    return Baseline(pair, {m: _expected(path, m, v) for m, v in expected.items()})
+
+
+def _failed(result: str) -> bool:
+    return result.startswith("FAIL")
+
+
+def decide(expected: Expected | None, actual: str | None) -> Kind:
+    """How ``actual`` (a result, or None: not run) stands against ``expected``."""
+    if expected is None:
+        return Kind.NEW
+    if actual is None:
+        return Kind.NOT_RUN
+    if actual == expected.result:
+        return Kind.SAME
+    if expected.flaky:
+        return Kind.FLAKY
+    if actual == Result.PASS:
+        return Kind.IMPROVEMENT
+    if expected.result == Result.PASS or (_failed(expected.result) and _failed(actual)):
+        return Kind.REGRESSION
+    return Kind.CHANGED
+
+
+#: Kinds that fail a check always, and unless improvements are allowed.
+FAILING: Final = frozenset({Kind.REGRESSION})
+STALE: Final = frozenset({Kind.IMPROVEMENT, Kind.CHANGED})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One model held against the baseline."""
+
+    model_id: str
+    expected: str | None
+    actual: str | None
+    kind: Kind
+    #: The first line of the model's error (empty when none).
+    error: str = ""
+    #: Where the model's run.py is (None when it did not run).
+    run_py: Path | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every model of a baseline and of a set of results, and how each stands."""
+
+    baseline: Baseline
+    entries: tuple[Entry, ...]
+    allow_improvements: bool = False
+
+    def of(self, *kinds: Kind) -> list[Entry]:
+        return [entry for entry in self.entries if entry.kind in kinds]
+
+    @property
+    def failing(self) -> list[Entry]:
+        """The entries that fail the check."""
+        kinds = FAILING if self.allow_improvements else FAILING | STALE
+        return [entry for entry in self.entries if entry.kind in kinds]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing
+
+    def counts(self) -> dict[str, int]:
+        """Number of entries of each kind present, in :class:`Kind` order."""
+        counts = {kind.value: len(self.of(kind)) for kind in Kind}
+        return {kind: count for kind, count in counts.items() if count}
+
+    def lines(self) -> list[str]:
+        """The report: a count line, then one line per model that is not the same."""
+        verdict = "FAILED" if self.failing else "ok"
+        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts().items()) or "empty"
+        lines = [f"baseline {self.baseline.pair}: {verdict} ({counts})"]
+        for kind in Kind:
+            if kind is Kind.SAME:
+                continue
+            for entry in self.of(kind):
+                expected, actual = entry.expected or "-", entry.actual or "not run"
+                failing = "  [fails the check]" if entry in self.failing else ""
+                line = f"{kind.value:<12} {entry.model_id}: expected {expected}, got {actual}"
+                lines.append(line + failing)
+                if entry.error:
+                    lines.append(f"{'':<12}   {entry.error}")
+                if entry.run_py is not None:
+                    lines.append(f"{'':<12}   run.py: {entry.run_py}")
+        return lines
+
+
+def compare(
+    baseline: Baseline,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    run_py: Mapping[str, Path] | None = None,
+    allow_improvements: bool = False,
+) -> Comparison:
+    """Hold rows (one per model: ``model_id``, ``result``, ``error``) against ``baseline``.
+
+    Models of the baseline without a row are :attr:`Kind.NOT_RUN`; rows of models not in it
+    are :attr:`Kind.NEW`. ``run_py`` maps model ids to their run.py.
+    """
+    by_model = {str(row["model_id"]): row for row in rows}
+    entries = []
+    for model_id in sorted(set(by_model) | set(baseline.expected)):
+        expected, row = baseline.expected.get(model_id), by_model.get(model_id)
+        actual = None if row is None else str(row["result"])
+        error = "" if row is None else (row.get("error") or "").strip().split("\n")[0][:200]
+        entries.append(
+            Entry(
+                model_id,
+                expected.result if expected else None,
+                actual,
+                decide(expected, actual),
+                error if actual is not None and _failed(actual) else "",
+                (run_py or {}).get(model_id),
+            )
+        )
+    return Comparison(baseline, tuple(entries), allow_improvements)
+
+
+def pytest_outcome(
+    expected: Expected | None, actual: str, allow_improvements: bool
+) -> tuple[Kind, str, str] | None:
+    """How the baseline changes a model's pytest outcome: ``(kind, outcome, reason)``, or None.
+
+    The outcome is in pytest's own words for expectations: a failure the baseline expects is
+    ``"xfailed"``; an improvement is ``"xpassed"`` when improvements are allowed, else
+    ``"failed"`` (pytest's strict xfail); a regression is ``"failed"``, even for a model now
+    EXCLUDED. None: the outcome is the one without a baseline (PASS as expected, a new model).
+    """
+    kind = decide(expected, actual)
+    if expected is None or kind is Kind.NEW:
+        return None
+    was = f"the baseline expects {expected.result}"
+    failed = _failed(actual)
+    if kind in (Kind.SAME, Kind.FLAKY) and failed:
+        flaky = ", flaky" if kind is Kind.FLAKY else ""
+        return kind, "xfailed", f"{actual}: {was}{flaky}"
+    if kind is Kind.IMPROVEMENT:
+        if allow_improvements:
+            return kind, "xpassed", f"improvement: {actual}, {was}"
+        return kind, "failed", f"[XPASS(strict)] improvement: {actual}, {was}; update it"
+    if kind is Kind.REGRESSION:
+        return kind, "failed", f"regression: {actual}, {was}"
+    if kind is Kind.CHANGED:
+        if allow_improvements:
+            return (kind, "xfailed", f"changed: {actual}, {was}") if failed else None
+        return kind, "failed", f"changed: {actual}, {was}; update it"
+    return None
