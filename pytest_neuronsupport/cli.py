@@ -1,54 +1,228 @@
-"""The ``neuronsupport`` command: ``--version`` and the tiny-model zoo.
+"""The ``neuronsupport`` command: the tiny-model zoo, and answers read from a results dataset.
 
-neuronsupport zoo list                 the bundled tiny models
-neuronsupport zoo build [NAME...]      build them into the cache (all by default)
+neuronsupport zoo list                       the bundled tiny models
+neuronsupport zoo build [NAME...]            build them into the cache (all by default)
+neuronsupport lookup MODEL                   a model's rows over every pair
+neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
+neuronsupport baseline update --out FILE     expected results from a dataset
+neuronsupport check --baseline FILE          a dataset held against expected results
+neuronsupport page --out DIR                 a static page to browse the results
+neuronsupport card                           the dataset's README.md card
+neuronsupport upgrade                        rewrite files of an older schema to the current one
+
+Commands that read results take ``--results DIR`` (default ``results``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_neuronsupport import __version__, options, zoo
+from pytest_neuronsupport import __version__, baseline, options, zoo
+from pytest_neuronsupport.dataset.store import UnreadableResultsError
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked; the message says why (exit status 2)."""
+
+
+def _results(parser: argparse.ArgumentParser) -> None:
+    options.add_options(parser.add_argument, ["results"], prefix="--")  # as --neuron-results
+
+
+def _pair(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--pair", metavar="PAIR", help=help)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="neuronsupport", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="neuronsupport",
+        description=__doc__.splitlines()[0],
+        epilog="\n".join(__doc__.splitlines()[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+
     zoo_parser = sub.add_parser("zoo", help="the offline tiny-model zoo")
     zoo_sub = zoo_parser.add_subparsers(dest="zoo_command", required=True)
     zoo_sub.add_parser("list", help="list the tiny models")
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
     options.add_options(build.add_argument, ["cache"], prefix="--")  # as --neuron-cache
+
+    lookup = sub.add_parser("lookup", help="every recorded row of a model, one line per pair")
+    lookup.add_argument("model", metavar="MODEL", help="a model id, or part of one (any case)")
+    _results(lookup)
+
+    diff = sub.add_parser("diff", help="the models whose result differs between two pairs")
+    diff.add_argument("pair_a", metavar="PAIR_A", help="e.g. inductor-2.12.0/transformers-5.24.0")
+    diff.add_argument("pair_b", metavar="PAIR_B", help="e.g. inductor-2.13.0/transformers-5.24.0")
+    diff.add_argument("--format", choices=("text", "csv", "json"), default="text")
+    _results(diff)
+
+    base = sub.add_parser("baseline", help="expected results per model, for a CI check")
+    base_sub = base.add_subparsers(dest="baseline_command", required=True)
+    update = base_sub.add_parser("update", help="write (or refresh) a baseline from a dataset")
+    update.add_argument("--out", metavar="FILE", required=True, help="the baseline file (TOML)")
+    _results(update)
+    _pair(update, "the pair to take (default: the dataset's only pair)")
+
+    check = sub.add_parser("check", help="hold a dataset against a baseline; exit 1 if it fails")
+    check.add_argument("--baseline", metavar="FILE", required=True, help="the baseline file")
+    check.add_argument(
+        "--allow-improvements", action="store_true", help="improvements do not fail the check"
+    )
+    _results(check)
+    _pair(check, "the pair to hold against it (default: the baseline's)")
+
+    page = sub.add_parser("page", help="write a static page of the results (opens from file://)")
+    page.add_argument("--out", metavar="DIR", required=True, help="folder for index.html")
+    _results(page)
+
+    card = sub.add_parser("card", help="write <results>/README.md, the dataset's card")
+    _results(card)
+
+    upgrade = sub.add_parser("upgrade", help="rewrite data files of an older schema in place")
+    _results(upgrade)
     return p
+
+
+def _results_dir(args: argparse.Namespace) -> Path:
+    results = Path(args.results or options.BY_NAME["results"].default)
+    if not (results / "data").is_dir():
+        raise CommandError(f"no results dataset at {results} (no {results / 'data'} folder)")
+    return results
+
+
+def _zoo_list(args: argparse.Namespace) -> int:
+    for name in zoo.names():
+        model = zoo.get(name)
+        print(f"zoo:{name:<18} {model.architecture:<36} {model.task:<22} {model.description}")
+    return 0
+
+
+def _zoo_build(args: argparse.Namespace) -> int:
+    cache = (Path(args.cache) if args.cache else options.default_cache()).resolve()
+    names = args.names or zoo.names()
+    unknown = [n for n in names if n not in zoo.names()]
+    if unknown:
+        raise CommandError(
+            f"unknown zoo model(s): {', '.join(unknown)} (known: {', '.join(zoo.names())})"
+        )
+    for name in names:
+        print(f"zoo:{name}  {zoo.ensure_built(name, cache)}")
+    return 0
+
+
+def _lookup(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.lookup import lookup
+
+    lines = lookup(_results_dir(args), args.model)
+    print("\n".join(lines))
+    return 0 if not lines[0].startswith("no model matching") else 1
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.lookup import diff, format_changes
+
+    changes = diff(_results_dir(args), args.pair_a, args.pair_b)
+    sys.stdout.write(format_changes(changes, args.pair_a, args.pair_b, args.format))
+    return 0
+
+
+def _pair_results(results: Path, pair: str) -> dict[str, str]:
+    from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
+
+    rows = latest_rows(results, resolve_pair(results, pair))
+    return {model_id: str(row["result"]) for model_id, row in rows.items()}
+
+
+def _baseline_update(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.lookup import pairs
+
+    results, out = _results_dir(args), Path(args.out)
+    pair = args.pair
+    if pair is None:
+        known = pairs(results)
+        if len(known) != 1:
+            raise CommandError(f"--pair is needed: the dataset has {len(known)} ({known})")
+        pair = known[0]
+    previous = baseline.read(out) if out.is_file() else None
+    pair_results = _pair_results(results, pair)
+    pair = pair.removeprefix("data/").removesuffix(".parquet")
+    new = baseline.Baseline.from_results(pair, pair_results, previous)
+    baseline.write(out, new)
+    flaky = sum(e.flaky for e in new.expected.values())
+    print(f"{out}: {len(new.expected)} model(s) of {pair}" + (f", {flaky} flaky" if flaky else ""))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.dataset.layout import run_dir
+    from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
+
+    results = _results_dir(args)
+    expected = baseline.read(Path(args.baseline))
+    pair = resolve_pair(results, args.pair or expected.pair)
+    rows = list(latest_rows(results, pair).values())
+    scripts = {r["model_id"]: run_dir(results, pair, r["model_id"]) / "run.py" for r in rows}
+    comparison = baseline.compare(
+        expected, rows, run_py=scripts, allow_improvements=args.allow_improvements
+    )
+    if pair.removesuffix(".parquet") != expected.pair:
+        print(f"(held {pair.removesuffix('.parquet')} against a baseline of {expected.pair})")
+    print("\n".join(comparison.lines()))
+    return 0 if comparison.ok else 1
+
+
+def _page(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.page import write_page
+
+    print(write_page(_results_dir(args), Path(args.out)))
+    return 0
+
+
+def _card(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.card import write_card
+
+    print(write_card(_results_dir(args)))
+    return 0
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.dataset.store import upgrade_dataset
+
+    rewritten = upgrade_dataset(_results_dir(args))
+    for path in rewritten:
+        print(f"upgraded {path}")
+    print(f"{len(rewritten)} file(s) rewritten to the current schema")
+    return 0
+
+
+_COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
+    ("zoo", "list"): _zoo_list,
+    ("zoo", "build"): _zoo_build,
+    ("lookup", None): _lookup,
+    ("diff", None): _diff,
+    ("baseline", "update"): _baseline_update,
+    ("check", None): _check,
+    ("page", None): _page,
+    ("card", None): _card,
+    ("upgrade", None): _upgrade,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "zoo" and args.zoo_command == "list":
-        for name in zoo.names():
-            model = zoo.get(name)
-            print(f"zoo:{name:<18} {model.architecture:<36} {model.task:<22} {model.description}")
-        return 0
-    if args.command == "zoo" and args.zoo_command == "build":
-        cache = (Path(args.cache) if args.cache else options.default_cache()).resolve()
-        names = args.names or zoo.names()
-        unknown = [n for n in names if n not in zoo.names()]
-        if unknown:
-            print(
-                f"neuronsupport: unknown zoo model(s): {', '.join(unknown)} "
-                f"(known: {', '.join(zoo.names())})",
-                file=sys.stderr,
-            )
-            return 2
-        for name in names:
-            print(f"zoo:{name}  {zoo.ensure_built(name, cache)}")
-        return 0
-    return 2  # pragma: no cover - argparse requires a command
+    sub = getattr(args, f"{args.command}_command", None)
+    try:
+        return _COMMANDS[(args.command, sub)](args)
+    except (CommandError, baseline.BaselineError, UnreadableResultsError, ValueError) as exc:
+        print(f"neuronsupport {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
