@@ -1,0 +1,208 @@
+"""The results page: one static HTML file that opens from ``file://`` and needs no network.
+
+:func:`write_page` reads a results dataset and writes ``<out>/index.html`` from the Jinja
+templates next to this module (autoescaped): counts per result, stacked bars per pair as inline
+SVG, and a table of every row that the page's own script filters (search, result, pair, task),
+orders (the selection, by task) and opens (a row's details and its ``run.py``). The rows reach
+the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
+with ``textContent`` only, and a Content-Security-Policy lets nothing but that script run and
+nothing load from the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import jinja2
+
+from pytest_neuronsupport.dataset.layout import pair_relpath
+from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.runners.lib.protocol import Result
+
+__all__ = ["write_page"]
+
+_FIELDS: Final = (
+    "model_id",
+    "result",
+    "selection_rank",
+    "neuron_cores",
+    "wall_s",
+    "hbm_peak_gb",
+    "hbm_capacity_gb",
+    "notes",
+    "exclusion",
+    "error",
+    "cpu_match",
+    "english",
+    "check",
+    "run_py",
+    "revision",
+    "runner",
+    "device",
+    "backend",
+    "dtype",
+    "tested_at",
+)
+"""The columns the page shows (besides the pair and the task, made from others)."""
+
+_NO_TASK: Final = "(no task)"
+_PASS_COLOUR: Final = "#1a7f37"
+_EXCLUDED_COLOUR: Final = "#6e7781"
+_FAIL_COLOURS: Final = ("#a40e26", "#d1242f", "#82071e", "#d4452f", "#b3244f")
+_CHAR_WIDTH: Final = 7.5
+"""Room for one character of a pair label left of the bars, in SVG units (13px text)."""
+_BAR_WIDTH: Final = 440
+_BAR_HEIGHT: Final = 22
+_BAR_STEP: Final = 32
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("pytest_neuronsupport.views", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _legend() -> list[dict[str, str]]:
+    """Each result in the enum's order, with a CSS-safe slug and a colour (red for failures)."""
+    fail_colours = itertools.cycle(_FAIL_COLOURS)
+    legend = []
+    for result in Result:
+        if result is Result.PASS:
+            colour = _PASS_COLOUR
+        elif result is Result.EXCLUDED:
+            colour = _EXCLUDED_COLOUR
+        else:
+            colour = next(fail_colours)
+        legend.append({"value": result.value, "slug": result.name.lower(), "colour": colour})
+    return legend
+
+
+def _natural_key(text: str) -> list[str | int]:
+    """Sort key that orders version numbers as numbers (``2.9`` before ``2.13``)."""
+    return [int(part) if i % 2 else part.lower() for i, part in enumerate(re.split(r"(\d+)", text))]
+
+
+def _pair_label(row: Mapping[str, Any]) -> str:
+    """``"inductor-2.13.0 / transformers-5.24.0"``: the row's pair file, as people read it."""
+    relpath = pair_relpath(
+        row["compiler"] or "unknown",
+        row["compiler_version"] or "unknown",
+        row["library"] or "unknown",
+        row["library_version"] or "unknown",
+    )
+    return relpath.removesuffix(".parquet").replace("/", " / ")
+
+
+def _plain(value: object) -> object:
+    """A cell as JSON can carry it: datetimes as ISO text, NaN and infinities as null."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _page_row(index: int, row: Mapping[str, Any]) -> dict[str, Any]:
+    data = {name: _plain(row[name]) for name in _FIELDS}
+    data.update(index=index, pair=_pair_label(row), task=row["task"] or _NO_TASK)
+    return data
+
+
+def _chart(rows: list[dict[str, Any]], legend: list[dict[str, str]]) -> dict[str, Any]:
+    """The stacked bars per pair (in version order), positioned in SVG units.
+
+    Each bar has its pair's label, total, and one segment per result present, its length
+    proportional to the count (the longest bar is :data:`_BAR_WIDTH` long).
+    """
+    per_pair: dict[str, Counter[str]] = {}
+    for row in rows:
+        per_pair.setdefault(row["pair"], Counter())[row["result"]] += 1
+    longest = max((sum(counts.values()) for counts in per_pair.values()), default=1)
+    bar_x = max((len(label) for label in per_pair), default=0) * _CHAR_WIDTH + 16
+    bars = []
+    for n, label in enumerate(sorted(per_pair, key=_natural_key)):
+        counts = per_pair[label]
+        x = bar_x
+        segments = []
+        for entry in legend:
+            width = counts[entry["value"]] / longest * _BAR_WIDTH
+            if width:
+                segments.append({**entry, "count": counts[entry["value"]], "x": x, "width": width})
+            x += width
+        total = sum(counts.values())
+        bars.append(
+            {"label": label, "total": total, "y": n * _BAR_STEP, "end": x, "segments": segments}
+        )
+    return {
+        "bars": bars,
+        "bar_x": bar_x,
+        "bar_height": _BAR_HEIGHT,
+        "width": bar_x + _BAR_WIDTH + 48,
+        "height": len(bars) * _BAR_STEP,
+    }
+
+
+def _script_hash(env: jinja2.Environment) -> str:
+    """The CSP source (``'sha256-...'``) of the page's script, rendered as the page includes it."""
+    script = env.get_template("page.js").render()
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return "sha256-" + base64.b64encode(digest).decode("ascii")
+
+
+def write_page(results_dir: Path, out_dir: Path) -> Path:
+    """Write the static results page of the dataset under ``results_dir`` into ``out_dir``.
+
+    ``out_dir`` (and its parents) are created; its ``index.html`` is replaced. The page is a
+    single self-contained file (inline CSS, script and SVG; no network, no server), showing an
+    empty state when the dataset has no rows.
+
+    Returns:
+        The path of ``out_dir/index.html``.
+
+    Raises:
+        UnreadableResultsError: a parquet file of the dataset could not be read.
+    """
+    table = read_dataset(Path(results_dir), keep_extra=False)
+    raw = sorted(
+        table.to_pylist(),
+        key=lambda row: (_natural_key(row["model_id"]), _natural_key(_pair_label(row))),
+    )
+    rows = [_page_row(index, row) for index, row in enumerate(raw)]
+    legend = _legend()
+    counts = Counter(row["result"] for row in rows)
+    chart = _chart(rows, legend)
+    times = [row["tested_at"] for row in raw if row["tested_at"] is not None]
+    tasks = sorted({row["task"] for row in rows})
+    env = _environment()
+    html = env.get_template("index.html").render(
+        rows=rows,
+        legend=legend,
+        counts=[{**entry, "count": counts[entry["value"]]} for entry in legend],
+        models=len({row["model_id"] for row in rows}),
+        pairs=[bar["label"] for bar in chart["bars"]],
+        tasks=tasks,
+        chart=chart,
+        latest=max(times).isoformat(timespec="seconds") if times else None,
+        script_hash=_script_hash(env),
+        data={"rows": rows, "results": legend, "tasks": tasks},
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    index = out / "index.html"
+    partial = out / ".index.html.tmp"
+    partial.write_text(html, encoding="utf-8")
+    partial.replace(index)
+    return index

@@ -1,0 +1,254 @@
+"use strict";
+(() => {
+  // The rows arrive as JSON data; every value goes into the page through textContent only.
+  const data = JSON.parse(document.getElementById("page-data").textContent);
+  const explorer = document.getElementById("explorer");
+  if (!explorer) {
+    return; // an empty dataset: nothing to explore
+  }
+  const rows = data.rows;
+  const slugs = new Map(data.results.map((entry) => [entry.value, entry.slug]));
+  const state = { view: "all", search: "", result: "", pair: "", task: "" };
+  const byId = (id) => document.getElementById(id);
+  const table = byId("rows-table");
+  const dialog = byId("detail");
+  let current = null;
+
+  function el(tag, className, ...children) {
+    const node = document.createElement(tag);
+    if (className) {
+      node.className = className;
+    }
+    for (const child of children) {
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function number(value) {
+    return String(Number(value.toPrecision(3)));
+  }
+
+  function seconds(value) {
+    if (value === null) {
+      return "—";
+    }
+    if (value < 60) {
+      return `${value.toFixed(1)} s`;
+    }
+    const minutes = Math.floor(value / 60);
+    if (minutes < 60) {
+      return `${minutes} min ${Math.round(value % 60)} s`;
+    }
+    return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  }
+
+  function memoryText(row) {
+    if (row.hbm_peak_gb === null) {
+      return "—";
+    }
+    const peak = number(row.hbm_peak_gb);
+    return row.hbm_capacity_gb ? `${peak} / ${number(row.hbm_capacity_gb)} GB` : `${peak} GB`;
+  }
+
+  function memoryCell(row) {
+    const cell = el("td", "memory-cell");
+    const wrap = el("span", "memory");
+    if (row.hbm_peak_gb !== null && row.hbm_capacity_gb) {
+      const share = Math.min(1, row.hbm_peak_gb / row.hbm_capacity_gb);
+      const fill = el("span");
+      fill.style.width = `${(share * 100).toFixed(1)}%`;
+      const meter = el("span", share > 0.9 ? "meter high" : "meter", fill);
+      meter.title = `${(share * 100).toFixed(0)}% of capacity`;
+      wrap.append(meter);
+    }
+    wrap.append(memoryText(row));
+    cell.append(wrap);
+    return cell;
+  }
+
+  function badge(result) {
+    return el("span", `badge res-${slugs.get(result) || "other"}`, result);
+  }
+
+  function pairCell(pair) {
+    // wraps only between the compiler and the library
+    const [compiler, library] = pair.split(" / ");
+    return el("td", "pair", el("span", null, compiler), " / ", el("span", null, library));
+  }
+
+  function dash(value) {
+    return value === null || value === "" ? "—" : String(value);
+  }
+
+  function rowElement(row) {
+    const open = el("button", "model", row.model_id);
+    open.type = "button";
+    open.title = "Show details";
+    open.addEventListener("click", () => showDetail(row));
+    const tr = el(
+      "tr",
+      "row",
+      el("td", "col-rank num", row.selection_rank === null ? "" : row.selection_rank),
+      el("td", "model-cell", open),
+      el("td", "result", badge(row.result)),
+      pairCell(row.pair),
+      el("td", "task", row.task),
+      el("td", "cores num", dash(row.neuron_cores)),
+      el("td", "wall num", seconds(row.wall_s)),
+      memoryCell(row),
+    );
+    tr.dataset.index = String(row.index);
+    return tr;
+  }
+
+  function matches(row) {
+    if (state.view === "selection" && row.selection_rank === null) {
+      return false;
+    }
+    if (state.search && !row.model_id.toLowerCase().includes(state.search)) {
+      return false;
+    }
+    if (state.result === "FAIL*" && !row.result.startsWith("FAIL")) {
+      return false;
+    }
+    if (state.result && state.result !== "FAIL*" && row.result !== state.result) {
+      return false;
+    }
+    return (!state.pair || row.pair === state.pair) && (!state.task || row.task === state.task);
+  }
+
+  function groupHeader(task, group) {
+    const counts = data.results
+      .map((entry) => [entry.value, group.filter((row) => row.result === entry.value).length])
+      .filter(([, count]) => count > 0)
+      .map(([value, count]) => `${count} ${value}`)
+      .join(" · ");
+    const size = group.length === 1 ? "1 row" : `${group.length} rows`;
+    const th = el("th", null, task, el("span", "group-counts", `${size}: ${counts}`));
+    th.colSpan = 8;
+    th.scope = "rowgroup";
+    const tr = el("tr", "group", th);
+    tr.dataset.task = task;
+    return tr;
+  }
+
+  function render() {
+    let shown = rows.filter(matches);
+    if (state.view === "selection") {
+      shown = shown.slice().sort((a, b) => a.selection_rank - b.selection_rank);
+    }
+    table.classList.toggle("selection", state.view === "selection");
+    for (const body of table.querySelectorAll("tbody")) {
+      body.remove();
+    }
+    if (state.view === "task") {
+      for (const task of data.tasks) {
+        const group = shown.filter((row) => row.task === task);
+        if (group.length === 0) {
+          continue;
+        }
+        const body = el("tbody", "task-group", groupHeader(task, group));
+        body.append(...group.map(rowElement));
+        table.append(body);
+      }
+    } else {
+      const body = el("tbody");
+      body.append(...shown.map(rowElement));
+      table.append(body);
+    }
+    byId("shown").textContent = `${shown.length} of ${rows.length} rows`;
+    byId("no-match").hidden = shown.length > 0;
+    for (const button of document.querySelectorAll(".views button")) {
+      button.setAttribute("aria-pressed", String(button.dataset.view === state.view));
+    }
+    for (const button of document.querySelectorAll("button.count")) {
+      button.setAttribute("aria-pressed", String(button.dataset.result === state.result));
+    }
+  }
+
+  function showDetail(row) {
+    current = row;
+    byId("detail-title").textContent = row.model_id;
+    const values = {
+      ...row,
+      wall: seconds(row.wall_s),
+      memory: memoryText(row),
+      device_backend: [row.device, row.backend].filter(Boolean).join(" / "),
+      check: prettyJson(row.check),
+    };
+    for (const node of dialog.querySelectorAll("dd[data-field]")) {
+      node.textContent = dash(values[node.dataset.field] ?? null);
+    }
+    for (const block of dialog.querySelectorAll("[data-block]")) {
+      const value = values[block.dataset.block];
+      block.hidden = value === null || value === "";
+      block.querySelector("pre").textContent = value ?? "";
+    }
+    byId("copy-status").textContent = "";
+    if (!dialog.open) {
+      dialog.showModal();
+    }
+  }
+
+  function prettyJson(text) {
+    if (text === null) {
+      return null;
+    }
+    try {
+      return JSON.stringify(JSON.parse(text), null, 2);
+    } catch {
+      return text;
+    }
+  }
+
+  async function copyRunPy() {
+    const status = byId("copy-status");
+    try {
+      await navigator.clipboard.writeText(current.run_py ?? "");
+      status.textContent = "Copied";
+    } catch {
+      const range = document.createRange();
+      range.selectNodeContents(dialog.querySelector('pre[data-field="run_py"]'));
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      status.textContent = "Selected: press Ctrl+C to copy";
+    }
+  }
+
+  byId("search").addEventListener("input", (event) => {
+    state.search = event.target.value.trim().toLowerCase();
+    render();
+  });
+  for (const [id, key] of [["result-filter", "result"], ["pair-filter", "pair"], ["task-filter", "task"]]) {
+    byId(id).addEventListener("change", (event) => {
+      state[key] = event.target.value;
+      render();
+    });
+  }
+  for (const button of document.querySelectorAll(".views button")) {
+    button.addEventListener("click", () => {
+      state.view = button.dataset.view;
+      render();
+    });
+  }
+  for (const button of document.querySelectorAll("button.count")) {
+    button.addEventListener("click", () => {
+      state.result = state.result === button.dataset.result ? "" : button.dataset.result;
+      byId("result-filter").value = state.result;
+      render();
+    });
+  }
+  byId("detail-close").addEventListener("click", () => dialog.close());
+  dialog.addEventListener("click", (event) => {
+    const box = dialog.getBoundingClientRect();
+    const inside = event.clientX >= box.left && event.clientX <= box.right
+      && event.clientY >= box.top && event.clientY <= box.bottom;
+    if (event.target === dialog && !inside) {
+      dialog.close(); // a click on the backdrop
+    }
+  });
+  byId("copy-run-py").addEventListener("click", copyRunPy);
+  render();
+})();

@@ -1,0 +1,261 @@
+"""The static results page (``write_page``), checked in a real headless Chromium over file://."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.page import write_page
+from tests.results_for_tests import result_row, write_results
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page
+
+REQUIRE_BROWSER = os.environ.get("NEURONSUPPORT_REQUIRE_BROWSER") == "1"
+"""Set in CI: a missing browser (or playwright) fails the tests instead of skipping them."""
+sync_api: Any = (
+    importlib.import_module("playwright.sync_api")
+    if REQUIRE_BROWSER
+    else pytest.importorskip("playwright.sync_api")
+)
+
+EVIL_ID = "evil/<script>alert(1)</script>&amp;-model"
+EVIL_ERROR = 'ValueError: <script>alert(2)</script> &amp; &lt;b&gt; <img src=x onerror="alert(3)">'
+MID_RUN_PY = "import torch\nprint('mid-t5 <run>')  # the full script & more\n"
+A = "inductor-2.13.0 / transformers-5.24.0"
+B = "inductor-2.9.1 / transformers-5.23.0"
+C = "aot_eager-2.13.0 / transformers-5.24.0"
+
+
+def _rows() -> list[dict[str, Any]]:
+    b: dict[str, Any] = {"compiler_version": "2.9.1", "library_version": "5.23.0"}
+    c: dict[str, Any] = {"compiler": "aot_eager"}
+    return [
+        result_row("org/zeta-lm", "PASS", selection_rank=1, neuron_cores=2, wall_s=75.0),
+        result_row("org/zeta-lm", "FAIL(gen)", selection_rank=1, **b),
+        result_row("org/alpha-bert", "PASS", task="fill-mask", selection_rank=2),
+        result_row(
+            "org/mid-t5",
+            "FAIL(load)",
+            task="text2text-generation",
+            selection_rank=3,
+            error="OSError: no weights & no <config>\nline 2 of the traceback",
+            run_py=MID_RUN_PY,
+            notes="needs a newer tokenizer",
+        ),
+        result_row(
+            "org/vit-small",
+            "EXCLUDED",
+            task="image-classification",
+            exclusion="remote code",
+            hbm_peak_gb=None,
+        ),
+        result_row("org/Llama-Tiny", "PASS", hbm_peak_gb=15.5, wall_s=float("nan"), **b),
+        result_row("org/llama-tiny-chat", "FAIL(forward)", check='{"tokens": 32}', **c),
+        result_row("org/whisper", "FAIL(output)", task="automatic-speech-recognition", **b),
+        result_row(EVIL_ID, "FAIL(other)", error=EVIL_ERROR, notes="<b>not bold</b>", **c),
+    ]
+
+
+ROWS = _rows()
+
+
+@dataclass
+class Watched:
+    """A page and what it did: console errors, page errors, requests, dialogs."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def models(self) -> list[str]:
+        """The model ids of the table's rows, top to bottom."""
+        return self.page.locator("tr.row button.model").all_text_contents()
+
+    def cells(self, name: str) -> list[str]:
+        """The texts of the table's cells of class ``name``, top to bottom."""
+        return self.page.locator(f"tr.row td.{name}").all_text_contents()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        message = "no chromium on PATH (apt-get install -y chromium)"
+        if REQUIRE_BROWSER:
+            pytest.fail(message)
+        pytest.skip(message)
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = write_results(tmp_path_factory.mktemp("results"), ROWS)
+    return write_page(results, tmp_path_factory.mktemp("site") / "out")
+
+
+@contextmanager
+def _open(browser: Browser, index: Path) -> Iterator[Watched]:
+    """``index`` opened in a fresh context; afterwards, check that nothing went wrong."""
+    context = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    watched = Watched(page)
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            watched.errors.append(message.text)
+
+    def on_dialog(dialog: Dialog) -> None:
+        watched.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: watched.errors.append(str(error)))
+    page.on("request", lambda request: watched.requests.append(request.url))
+    page.on("dialog", on_dialog)
+    try:
+        page.goto(index.as_uri())
+        yield watched
+    finally:
+        context.close()
+    assert watched.errors == []
+    assert watched.dialogs == []
+    assert watched.requests, "the page itself was not requested"
+    assert all(url.startswith(("file:", "data:", "about:")) for url in watched.requests), (
+        watched.requests
+    )
+
+
+@pytest.fixture
+def watched(browser: Browser, site: Path) -> Iterator[Watched]:
+    with _open(browser, site) as opened:
+        yield opened
+
+
+def test_write_page_returns_the_index(site: Path) -> None:
+    assert site.name == "index.html" and site.is_file()
+    html = site.read_text(encoding="utf-8")
+    assert "<script>alert" not in html  # the evil id only as escaped text
+    assert "http://" not in html and "https://" not in html  # nothing to fetch
+
+
+def test_counts_at_the_top(watched: Watched) -> None:
+    expected = Counter(row["result"] for row in ROWS)
+    page = watched.page
+    labels = page.locator("button.count .label").all_text_contents()
+    assert labels == [result.value for result in Result]  # in the enum's order
+    for result in Result:
+        count = page.locator(f'button.count[data-result="{result.value}"] .n')
+        assert count.text_content() == str(expected[result.value])
+    assert watched.cells("result") and len(watched.models()) == len(ROWS)
+    bars = page.locator("#pair-chart .pair-bar")
+    assert sorted(bars.evaluate_all("els => els.map(e => e.dataset.pair)")) == sorted({A, B, C})
+
+
+def test_search_narrows_case_insensitively(watched: Watched) -> None:
+    watched.page.fill("#search", "LLAMA")
+    assert sorted(watched.models()) == ["org/Llama-Tiny", "org/llama-tiny-chat"]
+    watched.page.fill("#search", "no-such-model")
+    assert watched.models() == []
+    assert watched.page.locator("#no-match").is_visible()
+    watched.page.fill("#search", "")
+    assert len(watched.models()) == len(ROWS)
+
+
+def test_result_and_pair_filters(watched: Watched) -> None:
+    page = watched.page
+    page.select_option("#result-filter", "FAIL(load)")
+    assert watched.models() == ["org/mid-t5"]
+    page.select_option("#result-filter", "FAIL*")
+    assert len(watched.models()) == 5
+    assert all(result.startswith("FAIL") for result in watched.cells("result"))
+    page.select_option("#result-filter", "")
+    page.select_option("#pair-filter", B)
+    assert sorted(watched.models()) == ["org/Llama-Tiny", "org/whisper", "org/zeta-lm"]
+    assert set(watched.cells("pair")) == {B}
+    page.click('button.count[data-result="PASS"]')  # a count filters too
+    assert watched.models() == ["org/Llama-Tiny"]
+
+
+def test_selection_in_rank_order(watched: Watched) -> None:
+    watched.page.click('button[data-view="selection"]')
+    assert watched.models() == ["org/zeta-lm", "org/zeta-lm", "org/alpha-bert", "org/mid-t5"]
+    assert watched.cells("col-rank") == ["1", "1", "2", "3"]
+    assert watched.page.locator("th.col-rank").is_visible()
+
+
+def test_views_by_task(watched: Watched) -> None:
+    page = watched.page
+    page.click('button[data-view="task"]')
+    groups = page.locator("tr.group").evaluate_all("els => els.map(e => e.dataset.task)")
+    assert groups == sorted({row["task"] for row in ROWS})
+    fill_mask = page.locator('tbody.task-group:has(tr.group[data-task="fill-mask"]) tr.row')
+    assert fill_mask.locator("button.model").all_text_contents() == ["org/alpha-bert"]
+    page.select_option("#task-filter", "text-generation")
+    assert set(watched.cells("task")) == {"text-generation"}
+    assert page.locator("tr.group").count() == 1
+
+
+def test_detail_of_a_failed_model(watched: Watched) -> None:
+    page = watched.page
+    page.click("button.model:text-is('org/mid-t5')")
+    detail = page.locator("dialog#detail")
+    assert detail.is_visible()
+    assert detail.locator("#detail-title").text_content() == "org/mid-t5"
+    error = detail.locator('pre[data-field="error"]').text_content()
+    assert error == "OSError: no weights & no <config>\nline 2 of the traceback"
+    assert detail.locator('pre[data-field="run_py"]').text_content() == MID_RUN_PY
+    assert detail.locator('pre[data-field="notes"]').text_content() == "needs a newer tokenizer"
+    assert detail.locator('dd[data-field="result"]').text_content() == "FAIL(load)"
+    assert not detail.locator('[data-block="check"]').is_visible()
+    detail.locator("#copy-run-py").click()
+    sync_api.expect(detail.locator("#copy-status")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == MID_RUN_PY
+    detail.locator("#detail-close").click()
+    assert not detail.is_visible()
+    page.click("button.model:text-is('org/llama-tiny-chat')")
+    assert '"tokens": 32' in str(detail.locator('pre[data-field="check"]').text_content())
+
+
+def test_markup_in_data_stays_text(watched: Watched) -> None:
+    page = watched.page
+    page.fill("#search", "<script>")
+    assert watched.models() == [EVIL_ID]
+    page.locator("button.model").first.click()
+    assert page.locator("#detail-title").text_content() == EVIL_ID
+    assert page.locator('pre[data-field="error"]').text_content() == EVIL_ERROR
+    assert page.locator('pre[data-field="notes"]').text_content() == "<b>not bold</b>"
+    assert page.locator("script").count() == 2  # the data and the page's own script
+    assert page.locator("img, b, pre *").count() == 0
+    assert page.evaluate("typeof window.alert") == "function"
+
+
+def test_screenshot(watched: Watched, tmp_path: Path) -> None:
+    shot = tmp_path / "page.png"
+    watched.page.screenshot(path=str(shot), full_page=True)
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+
+
+def test_empty_dataset(browser: Browser, tmp_path: Path) -> None:
+    index = write_page(tmp_path / "no-results", tmp_path / "site")
+    with _open(browser, index) as watched:
+        page = watched.page
+        assert "No results" in str(page.locator("#empty").text_content())
+        assert watched.models() == []
+        counts = page.locator("button.count .n").all_text_contents()
+        assert counts == ["0"] * len(Result)
