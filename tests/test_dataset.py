@@ -881,10 +881,8 @@ def test_old_schema_file_reads_through_schema_and_upgrades(tmp_path: Path) -> No
     old1 = find_row(tmp_path, "aaa-0.1/transformers-4.0.parquet", "zoo:old1")
     assert old1 is not None and old1["future_column"] == "kept" and old1["wall_s"] is None
 
-    # before upgrading, pandas' directory read loses the columns the old file lacks
-    assert "wall_s" not in pd.read_parquet(tmp_path / "data").columns
-
-    assert upgrade_file(old) is True
+    # the merge upgraded the old file as well (upgrade_dataset), though it wrote no row to it
+    assert "wall_s" in pd.read_parquet(tmp_path / "data").columns
     assert upgrade_file(old) is False
     assert upgrade_file(tmp_path / "data" / PAIR) is False
     upgraded = pq.read_schema(old)
@@ -1234,3 +1232,200 @@ def test_sigkill_while_merging_leaves_complete_files(
     assert_recovered(results, set(printed))
     assert read_table(target).num_rows == BASE_ROWS + CHILD_ROWS
     assert pq.read_schema(target).names == [*COLUMNS, "child_seq"]
+
+
+# --------------------------------------------------------------------------------------------
+# one schema for every file: upgrade_dataset, and the dataset as its users load it
+# --------------------------------------------------------------------------------------------
+
+OLD_PAIR = "aaa-0.1/transformers-4.0.parquet"  # sorts first: directory reads start with it
+AOT_PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
+
+
+def write_older_version_file(path: Path) -> None:
+    """A file of an older schema: few columns, int64 where SCHEMA has int32, ns timestamps, an
+    old ``neuronsupport_schema``, and an extra column of its own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "model_id": pa.array(["zoo:old2", "zoo:old1"]),
+            "result": pa.array(["FAIL(load)", "PASS"]),
+            "neuron_cores": pa.array([4, 1], pa.int64()),
+            "tested_at": pa.array([None, T0], pa.timestamp("ns", tz="UTC")),
+            "legacy_note": pa.array(["from 0.x", None]),
+        }
+    ).replace_schema_metadata({"neuronsupport_schema": "0"})
+    pq.write_table(table, path)
+
+
+def schemas_of(results: Path) -> dict[Path, pa.Schema]:
+    return {path: pq.read_schema(path) for path in data_files(results)}
+
+
+def test_merge_upgrades_every_file_to_one_schema_that_loads_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+    import duckdb
+
+    from pytest_neuronsupport.dataset.store import upgrade_dataset
+    from pytest_neuronsupport.views.card import write_card
+
+    results = tmp_path / "results"
+    write_older_version_file(results / "data" / OLD_PAIR)
+    append_rows(
+        results,
+        [
+            (PAIR, row("zoo:llama", wall_s=1.5, hook_score=None)),  # all null: any type
+            (PAIR, row("zoo:gpt2", "FAIL(gen)")),
+            (NEURON_PAIR, row("zoo:bert", "EXCLUDED", hook_score=0.5)),  # float64
+            (AOT_PAIR, row("zoo:t5", "FAIL(output)", hook_score=2)),  # int64
+        ],
+    )
+    report = merge_journals(results)
+    assert report.ok, report
+    assert results / "data" / OLD_PAIR in report.upgraded  # not written by the merge
+
+    schemas = schemas_of(results)
+    assert len(schemas) == 4
+    first = next(iter(schemas.values()))
+    assert all(schema.equals(first, check_metadata=True) for schema in schemas.values())
+    assert first.names == [*COLUMNS, "legacy_note", "hook_score"]  # first appearance, by path
+    assert first.metadata == SCHEMA.metadata
+    assert first.field("neuron_cores").type == pa.int32()
+    assert first.field("hook_score").type == pa.float64()
+    assert upgrade_dataset(results) == []  # nothing left to do
+
+    expected = {
+        "zoo:old1": "PASS",
+        "zoo:old2": "FAIL(load)",
+        "zoo:gpt2": "FAIL(gen)",
+        "zoo:llama": "PASS",
+        "zoo:bert": "EXCLUDED",
+        "zoo:t5": "FAIL(output)",
+    }
+    scores = {"zoo:bert": 0.5, "zoo:t5": 2.0}
+
+    # datasets, through the card's configs, without the network
+    write_card(results)
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    everything = datasets.load_dataset(str(results), "all", split="train", cache_dir=str(cache))
+    assert isinstance(everything, datasets.Dataset)
+    assert dict(zip(everything["model_id"], everything["result"], strict=True)) == expected
+    by_id = {record["model_id"]: record for record in everything}
+    assert by_id["zoo:old1"]["wall_s"] is None and by_id["zoo:llama"]["wall_s"] == 1.5
+    assert by_id["zoo:old2"]["neuron_cores"] == 4
+    assert by_id["zoo:old2"]["legacy_note"] == "from 0.x"
+    assert {k: v["hook_score"] for k, v in by_id.items() if v["hook_score"] is not None} == scores
+    one = datasets.load_dataset(
+        str(results), "aot_eager-2.13.0", split="train", cache_dir=str(cache)
+    )
+    assert isinstance(one, datasets.Dataset)
+    assert one["model_id"] == ["zoo:t5"] and one["hook_score"] == [2.0]
+
+    # pandas' directory read (hidden lock files skipped)
+    df = pd.read_parquet(results / "data")
+    assert dict(zip(df.model_id, df.result, strict=True)) == expected
+    assert list(df.columns) == first.names
+    assert df.set_index("model_id").wall_s.isna().to_dict() == {
+        model_id: model_id != "zoo:llama" for model_id in expected
+    }
+
+    # duckdb's glob
+    relation = duckdb.sql(
+        f"SELECT model_id, result, wall_s, hook_score FROM '{results}/data/*/*.parquet'"
+    )
+    assert relation is not None
+    found = relation.fetchall()
+    assert {model_id: result for model_id, result, _, _ in found} == expected
+    assert {model_id: wall_s for model_id, _, wall_s, _ in found}["zoo:old1"] is None
+    assert {model_id: score for model_id, _, _, score in found if score is not None} == scores
+
+
+def test_upgrade_dataset_rewrites_only_the_files_that_differ(tmp_path: Path) -> None:
+    from pytest_neuronsupport.dataset.store import upgrade_dataset
+
+    append_rows(tmp_path, [(PAIR, row("zoo:a")), (NEURON_PAIR, row("zoo:b"))])
+    merge_journals(tmp_path)
+    versions = {path: path.stat().st_ino for path in data_files(tmp_path)}
+    assert upgrade_dataset(tmp_path) == []  # already one schema: schemas read, nothing else
+    assert {path: path.stat().st_ino for path in data_files(tmp_path)} == versions
+    assert not (tmp_path / "data" / ".upgrade.lock").exists()
+
+    old = tmp_path / "data" / OLD_PAIR
+    write_older_version_file(old)
+    others = sorted(versions)
+    assert upgrade_dataset(tmp_path) == sorted([old, *others])  # all gain legacy_note
+    assert read_table(old, keep_extra=True).column("legacy_note").to_pylist() == [
+        "from 0.x",
+        None,
+    ]
+    assert ids(read_table(old)) == ["zoo:old1", "zoo:old2"]
+    assert upgrade_dataset(tmp_path) == []
+
+    # a file that already has the dataset's schema is left alone
+    target = tmp_path / "data" / AOT_PAIR
+    target.parent.mkdir(parents=True)
+    table = rows_to_table([row("zoo:c", legacy_note="new")])
+    atomic_write(target, table)
+    inode = target.stat().st_ino
+    assert upgrade_dataset(tmp_path) == []
+    assert target.stat().st_ino == inode
+    schemas = schemas_of(tmp_path)
+    assert len({schema.to_string(show_schema_metadata=True) for schema in schemas.values()}) == 1
+
+
+def test_upgrade_dataset_unifies_types_or_falls_back_to_text(tmp_path: Path) -> None:
+    append_rows(
+        tmp_path,
+        [
+            (PAIR, row("zoo:a", tag=7, flag=True)),
+            (NEURON_PAIR, row("zoo:b", tag="seven")),
+        ],
+    )
+    report = merge_journals(tmp_path)
+    assert report.ok and len(report.upgraded) == 2  # each written by the merge, then upgraded
+    table = read_dataset(tmp_path, keep_extra=True)
+    assert {path: schema.field("tag").type for path, schema in schemas_of(tmp_path).items()} == {
+        path: pa.string() for path in data_files(tmp_path)
+    }
+    assert column_by_model(table, "tag") == {"zoo:a": "7", "zoo:b": "seven"}
+    assert column_by_model(table, "flag") == {"zoo:a": True, "zoo:b": None}
+
+
+def test_upgrade_dataset_reports_an_unreadable_file_and_upgrades_the_others(
+    tmp_path: Path,
+) -> None:
+    from pytest_neuronsupport.dataset.store import upgrade_dataset
+
+    append_rows(tmp_path, [(PAIR, row("zoo:a", hook="x")), (NEURON_PAIR, row("zoo:b"))])
+    merge_journals(tmp_path)
+    damaged = tmp_path / "data" / OLD_PAIR
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"PAR1 damaged")
+    uncastable = tmp_path / "data" / AOT_PAIR
+    uncastable.parent.mkdir(parents=True)
+    pq.write_table(
+        pa.table({"model_id": ["zoo:c"], "result": ["PASS"], "wall_s": ["x"]}), uncastable
+    )
+
+    with pytest.raises(UnreadableResultsError) as raised:
+        upgrade_dataset(tmp_path)
+    assert raised.value.path == damaged
+    assert damaged.read_bytes() == b"PAR1 damaged"
+    good = [tmp_path / "data" / PAIR, tmp_path / "data" / NEURON_PAIR]
+    assert pq.read_schema(good[0]).equals(pq.read_schema(good[1]), check_metadata=True)
+
+    unreadable: list[tuple[Path, str]] = []
+    assert upgrade_dataset(tmp_path, unreadable=unreadable) == []
+    assert [path for path, _ in unreadable] == [damaged, uncastable]
+    assert "'wall_s' of type string" in unreadable[1][1]
+
+    # a merge with no rows for them reports them as problems, not as files holding rows back
+    append_rows(tmp_path, [(PAIR, row("zoo:d"))])
+    report = merge_journals(tmp_path)
+    assert report.unreadable == [] and report.journals_kept == []
+    assert len(report.problems) == 2
+    assert str(damaged) in report.problems[0] and str(uncastable) in report.problems[1]
+    assert damaged.read_bytes() == b"PAR1 damaged"

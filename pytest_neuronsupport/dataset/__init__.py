@@ -21,6 +21,7 @@ Hidden names (a leading ``.``) are used for everything that is not a data file, 
 
 * temporary files: ``.<file>.<16 hex digits>.tmp``
 * per-file locks: ``.<file>.lock``
+* the lock of a whole-dataset upgrade: ``<results>/data/.upgrade.lock``
 
 A row is a plain dict validated against the one schema
 (:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`); keys outside it are extra columns, added
@@ -29,13 +30,23 @@ missing from an old file come back as nulls; columns unknown to it are dropped u
 ``keep_extra`` is asked for, and always preserved when a file is rewritten, so an older writer
 never destroys what a newer one recorded.
 
+After a merge every data file has the same schema:
+:data:`~pytest_neuronsupport.dataset.schema.SCHEMA` (its metadata included), then the extra
+columns of all the files with one type each, null where a file had none.
+:func:`~pytest_neuronsupport.dataset.store.upgrade_dataset` rewrites the files that differ (an
+older version's, or ones that lack another file's extra column), each atomically under its
+lock; every merge ends with it, so a reader that takes one schema for the whole directory
+(``datasets.load_dataset``, the Hugging Face viewer, duckdb, pandas) never meets a file whose
+columns differ. When nothing differs it only reads each file's schema.
+
 Modules (imports go one way: ``merge`` → ``journal``, ``store`` → ``durable``, ``layout``,
 ``schema``):
 
 * :mod:`~pytest_neuronsupport.dataset.schema`: the schema, row validation, rows as JSON and tables.
 * :mod:`~pytest_neuronsupport.dataset.layout`: where pair files and run folders live.
 * :mod:`~pytest_neuronsupport.dataset.durable`: fsyncs, locks, atomic writes, temp-file sweeps.
-* :mod:`~pytest_neuronsupport.dataset.store`: reading files through the schema; ``find_row``.
+* :mod:`~pytest_neuronsupport.dataset.store`: reading files through the schema; upgrading them
+  to one schema; ``find_row``.
 * :mod:`~pytest_neuronsupport.dataset.journal`: the append-only journal of a session.
-* :mod:`~pytest_neuronsupport.dataset.merge`: journals into parquet files.
+* :mod:`~pytest_neuronsupport.dataset.merge`: journals into parquet files, then the upgrade.
 """

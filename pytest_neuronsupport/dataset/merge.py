@@ -1,4 +1,5 @@
-"""Merging journals into the parquet files, crash-safely, then deleting the merged journals."""
+"""Merging journals into the parquet files, crash-safely, then deleting the merged journals;
+then upgrading every file to the dataset's one schema."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pytest_neuronsupport.dataset.store import (
     latest_positions,
     read_table,
     tested_at_key,
+    upgrade_dataset,
 )
 
 __all__ = ["MergeReport", "merge_journals"]
@@ -53,7 +55,10 @@ class MergeReport:
     """Journals whose lock is held by a live writer: skipped (``skip_live=True``), or merged
     but never deleted (``skip_live=False``)."""
     problems: list[str] = field(default_factory=list)
-    """Skipped journal lines and failed writes, one message each."""
+    """Skipped journal lines, failed writes and failed upgrades, one message each."""
+    upgraded: list[Path] = field(default_factory=list)
+    """Parquet files rewritten by :func:`~pytest_neuronsupport.dataset.store.upgrade_dataset`
+    so that every file of the dataset has the same schema."""
 
     @property
     def ok(self) -> bool:
@@ -148,6 +153,11 @@ def merge_journals(
     journal with rows for it is kept, as is a journal with a corrupt (not torn-last) line.
     Other failures to write a pair are reported in ``problems`` and keep its journals too.
     Temp files left by killed merges are deleted.
+
+    Last, :func:`~pytest_neuronsupport.dataset.store.upgrade_dataset` gives every file of the
+    dataset the same schema, files this merge did not write included (listed in ``upgraded``);
+    a file it cannot read, and not already in ``unreadable``, is reported in ``problems``, as
+    is a failed upgrade. When the files already agree this costs one schema read per file.
     """
     results_dir = Path(results_dir)
     journal_dir = results_dir / "journal"
@@ -241,4 +251,22 @@ def merge_journals(
         for candidate in candidates:
             if candidate.lock is not None and candidate.lock.is_locked:
                 candidate.lock.release()
+    _upgrade(results_dir, report)
     return report
+
+
+def _upgrade(results_dir: Path, report: MergeReport) -> None:
+    """Upgrade the dataset after a merge; what fails goes into ``report.problems``."""
+    unreadable: list[tuple[Path, str]] = []
+    try:
+        report.upgraded = upgrade_dataset(results_dir, unreadable=unreadable)
+    except Exception as exc:  # the merge itself succeeded: report, never raise
+        report.problems.append(
+            f"{results_dir / 'data'}: upgrading the dataset failed: {type(exc).__name__}: {exc}"
+        )
+    known = {path for path, _ in report.unreadable}
+    for path, reason in unreadable:
+        if path not in known:
+            report.problems.append(
+                f"{path} is unreadable and was not upgraded to the current schema ({reason})"
+            )

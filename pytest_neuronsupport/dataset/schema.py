@@ -21,7 +21,9 @@ from pytest_neuronsupport.runners.lib.protocol import Result
 
 __all__ = [
     "COLUMNS",
+    "COLUMN_DOCS",
     "DEVICES",
+    "RESULT_MEANINGS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "row_from_json",
@@ -93,6 +95,138 @@ COLUMNS: Final[tuple[str, ...]] = tuple(SCHEMA.names)
 
 DEVICES: Final = ("neuron", "cuda", "cpu")
 """Allowed values of the ``device`` column (or null)."""
+
+_STACK_DOCS: Final = {
+    "neuronx_cc": "Version of the neuronx-cc compiler",
+    "library_version": "Version of the library in `library` (the pair's library version)",
+    "transformers": "Version of transformers",
+    "accelerate": "Version of accelerate",
+    "torch_neuronx": "Version of torch-neuronx (TorchNeuron)",
+    "torch": "Version of torch",
+    "nki": "Version of nki (the Neuron Kernel Interface)",
+    "python": "Version of Python",
+    "neuron_driver": "Version of the loaded Neuron kernel driver (what `modinfo neuron` reports)",
+}
+
+COLUMN_DOCS: Final[dict[str, str]] = {
+    "model_id": (
+        "The model tested: a Hugging Face Hub repo id, or `zoo:<name>` for a tiny model "
+        "bundled with the plugin; at most one row per model in a file."
+    ),
+    "library": "The library the model was loaded with (`transformers`).",
+    "neuron_cores": (
+        "Cores the run used (NeuronCores, GPUs or CPU shares): the smallest power of two whose "
+        "memory holds the bf16 weights, or the model list's `cores`; null if it never ran."
+    ),
+    "runner": (
+        "The runner that ran the model (`run_dense`, `run_dense_ep`, `run_seq2seq`, "
+        "`run_multimodal`, `run_encoder`...); null if it never ran."
+    ),
+    "selection_rank": "The model's rank in the sweep's selection, from its model list entry.",
+    "task": "The task given by the model list entry (e.g. `text-generation`), if any.",
+    "revision": "The Hub revision given by the model list entry; null: the default branch.",
+    "result": "The outcome: one of the results listed in this card.",
+    "notes": (
+        "One line on what happened: the start of the generated text or the encoder's "
+        "predictions, the reason of an exclusion, or the first line of the error."
+    ),
+    "exclusion": (
+        "Why the model was not run (`quantized`, `trust-remote-code`, `too-large`, "
+        "`no-runner`); null unless the result is EXCLUDED."
+    ),
+    "error": (
+        "What went wrong: the exception and its traceback, or how the run ended (signal, "
+        "timeout, memory) with the tail of its output; null on PASS."
+    ),
+    "cpu_match": (
+        "The output against the CPU fp32 reference: `Y`, `Y (CPU bf16)`, `~ near-tie ...` "
+        "(passes) or `N ...` (FAIL(output)); null when the comparison did not run."
+    ),
+    "english": (
+        "The English judge's answer on the generated text, `Y` or `N` (FAIL(output)); null "
+        "when the judge did not run."
+    ),
+    "wall_s": (
+        "Seconds from loading the model to the end of generation or of the forward pass "
+        "(compilation included); for a run without a verdict, the run's wall time."
+    ),
+    "hbm_peak_gb": (
+        "Peak device memory of the run in GB (torch's counters; on the CPU the peak resident set)."
+    ),
+    "hbm_capacity_gb": "Device memory available to the run in GB: one core's times `neuron_cores`.",
+    **{name: f"{doc}; null where absent." for name, doc in _STACK_DOCS.items()},
+    "tested_at": "When the model's test started (UTC).",
+    "run_py": (
+        "The standalone script that is the model's test (standard library, torch and "
+        "transformers only): save it and run `python run.py` on the same stack to reproduce "
+        "the verdict; null if the model never ran."
+    ),
+    "device": "The device the model ran on: `neuron`, `cuda` or `cpu`.",
+    "backend": "The `torch.compile` backend (`neuron`, `inductor`, `aot_eager` or an import path).",
+    "compiler": (
+        "The pair's compiler, the first part of its folder name: `neuronxcc` on Neuron, "
+        "else the backend."
+    ),
+    "compiler_version": "The compiler's version: neuronx-cc's on Neuron, else torch's.",
+    "dtype": "The dtype of the device run (bf16 on accelerators and fp32 on the CPU by default).",
+    "run_py_sha256": (
+        "SHA-256 of `run_py`: a model whose script is unchanged in its pair is not run again."
+    ),
+    "reference_reproducible": (
+        "Whether two CPU fp32 reference runs agreed; false: the output check could not run "
+        "and the model passes on having run. Null when no reference ran."
+    ),
+    "first_divergence": (
+        "The first token (or prediction) where the device and the CPU fp32 reference differ; "
+        "null when they agree or were not compared."
+    ),
+    "divergence_margin": (
+        "At the first divergence, the CPU fp32 score of the CPU's choice minus that of the "
+        "device's (`z[a] - z[b]`)."
+    ),
+    "near_tie_tolerance": (
+        "The numerical noise of the device's dtype, `4 * eps(dtype) * max(1, max |z|)`: a "
+        "margin at most this is a near-tie, which passes."
+    ),
+    "check": (
+        "A JSON object with everything that decided the verdict: the rule, both sides' tokens "
+        "or predictions, distances, cosines, the judge's prompt and logits, or why the check "
+        "was skipped."
+    ),
+}
+"""One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""
+
+RESULT_MEANINGS: Final[dict[Result, str]] = {
+    Result.PASS: (
+        "The model loaded, compiled and ran on the device, and its output matched the CPU fp32 "
+        "reference (or differed only at near-ties), or the check could not run. In pytest: "
+        "passed."
+    ),
+    Result.FAIL_LOAD: (
+        "The checkpoint could not be found or loaded (config, tokenizer or weights). In "
+        "pytest: failed."
+    ),
+    Result.FAIL_GEN: (
+        "Compiling the model or generating with it raised (generating runners). In pytest: failed."
+    ),
+    Result.FAIL_FORWARD: (
+        "Compiling the model or its forward pass raised (encoder runners). In pytest: failed."
+    ),
+    Result.FAIL_OUTPUT: (
+        "The model ran, but its output differs from the CPU fp32 reference beyond a near-tie, "
+        "or the English judge found its text not fluent English. In pytest: failed."
+    ),
+    Result.FAIL_OTHER: (
+        "The run ended without a verdict: a crash, a hang past the timeout, memory past the "
+        "limit, a rank or xdist worker that died, or a failure of the plugin; `notes` says how "
+        "and in which phase. In pytest: failed."
+    ),
+    Result.EXCLUDED: (
+        "Not run: a quantized checkpoint, remote code, too large for the cores allowed, or no "
+        "runner for it; `exclusion` says which. In pytest: skipped."
+    ),
+}
+"""The meaning of each value of the ``result`` column."""
 
 _RESULTS: Final = tuple(member.value for member in Result)
 _SCHEMA_NAMES: Final = frozenset(COLUMNS)

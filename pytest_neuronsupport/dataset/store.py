@@ -4,6 +4,7 @@ Reading goes through :data:`~pytest_neuronsupport.dataset.schema.SCHEMA`: column
 an old file come back as nulls, the others are cast to their schema type. Columns the schema
 does not know (extra columns) are dropped unless ``keep_extra`` is given; then they follow the
 schema's columns, and several tables are unified by :func:`concat_tables`.
+:func:`upgrade_dataset` rewrites the files so that every one has the same schema.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pytest_neuronsupport.dataset.durable import atomic_write, data_lock, remove_temps
+from pytest_neuronsupport.dataset.durable import (
+    LOCK_TIMEOUT_S,
+    atomic_write,
+    data_lock,
+    file_lock,
+    remove_temps,
+)
 from pytest_neuronsupport.dataset.layout import check_relpath, data_files
 from pytest_neuronsupport.dataset.schema import SCHEMA, SCHEMA_VERSION, text_array, validate_row
 
@@ -31,6 +38,7 @@ __all__ = [
     "read_dataset",
     "read_table",
     "tested_at_key",
+    "upgrade_dataset",
     "upgrade_file",
 ]
 
@@ -229,6 +237,230 @@ def upgrade_file(path: Path) -> bool:
         if _is_current(schema):
             return False
         table = read_table(path, keep_extra=True)
+        remove_temps(path)
+        atomic_write(path, table)
+    forget_cached(path)
+    return True
+
+
+_StatKey = tuple[int, int, int]
+
+
+def _stat_key(path: Path) -> _StatKey:
+    """What identifies one version of a file: inode, mtime and size (a rewrite changes them)."""
+    st = path.stat()
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _dataset_schema(
+    schemas: dict[Path, pa.Schema], unreadable: list[tuple[Path, str]]
+) -> pa.Schema:
+    """The schema every file of a dataset must have: :data:`SCHEMA`, then every extra column.
+
+    The extra columns of all ``schemas`` (in sorted path order), in order of first appearance,
+    each with one type: the types of the files that hold values in it, unified as
+    :func:`concat_tables` does (a file where the column is all null does not constrain it): the
+    schema of :func:`read_dataset` with ``keep_extra``. Only the extra columns are read, and only
+    from the files that have some. A file that cannot be read is added to ``unreadable`` and
+    left out.
+    """
+    names = list(
+        dict.fromkeys(field.name for schema in schemas.values() for field in _extras(schema))
+    )
+    if not names:
+        return SCHEMA
+    parts: dict[str, list[pa.ChunkedArray]] = {name: [] for name in names}
+    for path, schema in schemas.items():
+        extra = [field.name for field in _extras(schema)]
+        if not extra:
+            continue
+        try:
+            table = pq.read_table(path, columns=extra)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            unreadable.append((path, f"{type(exc).__name__}: {exc}"))
+            continue
+        for name in extra:
+            parts[name].append(table.column(name))
+    fields = list(SCHEMA)
+    for name in names:
+        if parts[name]:
+            unified = _unified(parts[name], [len(part) for part in parts[name]])
+            fields.append(pa.field(name, unified[0].type))
+    return pa.schema(fields, metadata=SCHEMA.metadata)
+
+
+def _extras(schema: pa.Schema) -> list[pa.Field]:
+    """The fields of a file's schema that :data:`SCHEMA` does not know."""
+    return [field for field in schema if field.name not in SCHEMA.names]
+
+
+def _to_type(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """An extra column as ``target``, as ``_unified`` converts it (text: each value's text).
+
+    Raises:
+        pyarrow.ArrowInvalid: (and the like) the values do not cast exactly.
+    """
+    if column.type == target:
+        return column
+    if column.null_count == len(column):
+        return pa.nulls(len(column), type=target)
+    if pa.types.is_string(target):
+        return text_array(column.to_pylist())
+    return column.cast(target)
+
+
+def _conform_extras(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table`` (read through :data:`SCHEMA`, extras kept) with exactly ``target``'s columns.
+
+    Raises:
+        pyarrow.ArrowInvalid: (and the like) an extra column does not cast to its target type.
+        ValueError: ``table`` has an extra column ``target`` lacks.
+    """
+    lost = set(table.column_names) - set(target.names)
+    if lost:
+        raise ValueError(f"columns not in the dataset's schema: {sorted(lost)}")
+    arrays = [
+        _to_type(table.column(field.name), field.type)
+        if field.name in table.column_names
+        else pa.nulls(table.num_rows, type=field.type)
+        for field in target
+    ]
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def upgrade_dataset(
+    results_dir: Path, *, unreadable: list[tuple[Path, str]] | None = None
+) -> list[Path]:
+    """Rewrite the data files so that every one has exactly the same schema; return those.
+
+    The schema is the one :func:`read_dataset` gives with ``keep_extra``: :data:`SCHEMA` (its
+    metadata included), then the extra columns of all the files (added by users' hooks) in
+    order of first appearance over the files in sorted path order, each with one type unified
+    over the files (int64 and float64 to float64, an all-null column to any type; where types
+    cannot be unified without loss, the text of each value), null in the rows of a file that
+    lacked it. Why the union rather than dropping the extras, or leaving each file its own:
+    readers that take one schema for a whole directory (``datasets.load_dataset``, the Hugging
+    Face viewer, pandas' and duckdb's directory reads) fail on files whose columns differ, or
+    silently drop the columns the first file lacks; dropping would destroy what users recorded;
+    the union loses nothing, and reading the dataset file by file or all at once gives the same
+    columns.
+
+    Each file that differs is rewritten atomically under its lock (as a merge does), the whole
+    upgrade under ``<results>/data/.upgrade.lock`` so that two upgrades never interleave. A file
+    that changed after its schema was read is left to the upgrade that follows that change
+    (:func:`~pytest_neuronsupport.dataset.merge.merge_journals` upgrades after it writes).
+    When every file already has the same current schema (whatever the order of its extra
+    columns), nothing is rewritten and no lock is taken: each file's schema alone is read.
+
+    Args:
+        results_dir: the results directory (``<results>``, holding ``data/``).
+        unreadable: where files that cannot be read or cast go, as ``(path, reason)``; they
+            are left untouched. Without it, the first such file raises once the others are done.
+
+    Returns:
+        The rewritten files, in sorted order.
+
+    Raises:
+        UnreadableResultsError: a file could not be read or cast and ``unreadable`` is None.
+        filelock.Timeout: a lock could not be taken within
+            :data:`~pytest_neuronsupport.dataset.durable.LOCK_TIMEOUT_S`.
+    """
+    problems: list[tuple[Path, str]] = [] if unreadable is None else unreadable
+    start = len(problems)
+    files = data_files(results_dir)
+    rewritten: list[Path] = []
+    first_look: list[tuple[Path, str]] = []
+    if _uniform(_read_schemas(files, first_look)[1]):
+        problems.extend(first_look)
+        return _done(rewritten, problems, start, raising=unreadable is None)
+    with file_lock(Path(results_dir) / "data" / ".upgrade.lock", LOCK_TIMEOUT_S):
+        versions, schemas = _read_schemas(data_files(results_dir), problems)
+        if not _uniform(schemas):
+            target = _dataset_schema(schemas, problems)
+            failed = {path for path, _ in problems[start:]}
+            for path, schema in schemas.items():
+                if path in failed or schema.equals(target, check_metadata=True):
+                    continue
+                try:
+                    if _upgrade_to(path, versions[path], target):
+                        rewritten.append(path)
+                except UnreadableResultsError as exc:
+                    problems.append((path, exc.reason))
+    return _done(rewritten, problems, start, raising=unreadable is None)
+
+
+def _read_schemas(
+    files: list[Path], unreadable: list[tuple[Path, str]]
+) -> tuple[dict[Path, _StatKey], dict[Path, pa.Schema]]:
+    """The version (:func:`_stat_key`) and schema of each file; unreadable ones reported."""
+    versions: dict[Path, _StatKey] = {}
+    schemas: dict[Path, pa.Schema] = {}
+    for path in files:
+        try:
+            version = _stat_key(path)
+            schemas[path] = pq.read_schema(path)
+            versions[path] = version
+        except FileNotFoundError:
+            continue  # removed meanwhile: nothing to upgrade
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            unreadable.append((path, f"{type(exc).__name__}: {exc}"))
+    return versions, schemas
+
+
+def _is_exact(schema: pa.Schema) -> bool:
+    """Whether a file schema is exactly :data:`SCHEMA` (fields, metadata) plus unique extras."""
+    width = len(SCHEMA)
+    return (
+        schema.metadata == SCHEMA.metadata
+        and len(schema) >= width
+        and all(
+            schema.field(index).equals(SCHEMA.field(index), check_metadata=True)
+            for index in range(width)
+        )
+        and len(set(schema.names)) == len(schema.names)
+        and not any(name in SCHEMA.names for name in schema.names[width:])
+    )
+
+
+def _uniform(schemas: dict[Path, pa.Schema]) -> bool:
+    """Whether every schema is the same exact current one (:func:`_is_exact`); none: true."""
+    first = next(iter(schemas.values()), None)
+    return first is None or (
+        _is_exact(first)
+        and all(schema.equals(first, check_metadata=True) for schema in schemas.values())
+    )
+
+
+def _done(
+    rewritten: list[Path], problems: list[tuple[Path, str]], start: int, *, raising: bool
+) -> list[Path]:
+    """``rewritten``; or, if ``raising`` and some file was unreadable, raise for the first."""
+    if raising and len(problems) > start:
+        path, reason = problems[start]
+        raise UnreadableResultsError(path, reason)
+    return rewritten
+
+
+def _upgrade_to(path: Path, version: _StatKey, target: pa.Schema) -> bool:
+    """Rewrite ``path`` with ``target``'s columns if it is still the ``version`` read before.
+
+    Returns:
+        Whether it was rewritten (``False``: it changed meanwhile, or vanished).
+
+    Raises:
+        UnreadableResultsError: it cannot be read, or cast to ``target``; it is untouched.
+    """
+    with data_lock(path):
+        try:
+            if _stat_key(path) != version:
+                return False
+        except FileNotFoundError:
+            return False
+        table = read_table(path, keep_extra=True)
+        try:
+            table = _conform_extras(table, target)
+        except (*_CAST_ERRORS, ValueError) as exc:
+            raise UnreadableResultsError(path, f"cannot be upgraded: {exc}") from exc
         remove_temps(path)
         atomic_write(path, table)
     forget_cached(path)
