@@ -6,7 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from pytest_neuronsupport import __version__, zoo
+from pytest_neuronsupport.dataset.schema import SCHEMA
+from tests.results_for_tests import result_row, write_results
 
 #: The console script installed beside this interpreter (the venv need not be activated).
 EXE = Path(sys.executable).parent / "neuronsupport"
@@ -36,3 +41,28 @@ def test_zoo_build_reuses_a_built_cache_and_refuses_unknown_names(zoo_cache: Pat
     assert str(zoo.ensure_built("llama", zoo_cache)) in done.stdout
     bad = neuronsupport("zoo", "build", "nope", "--cache", str(zoo_cache))
     assert bad.returncode == 2 and "unknown zoo model(s): nope" in bad.stderr
+
+
+def test_page_card_and_upgrade_write_into_the_results(tmp_path: Path) -> None:
+    results = write_results(
+        tmp_path / "results",
+        [result_row("zoo:llama"), result_row("zoo:t5", "FAIL(gen)", compiler_version="2.14.0")],
+    )
+    old = results / "data" / "inductor-2.9.0" / "transformers-5.0.0.parquet"
+    old.parent.mkdir()
+    pq.write_table(pa.table({"model_id": ["zoo:old"], "result": ["PASS"]}), old)
+    upgrade = neuronsupport("upgrade", "--results", str(results))
+    assert upgrade.returncode == 0 and f"upgraded {old}" in upgrade.stdout
+    assert pq.read_schema(old).names == list(SCHEMA.names)
+    card = neuronsupport("card", "--results", str(results))
+    assert card.returncode == 0 and card.stdout.strip() == str(results / "README.md")
+    assert "config_name: inductor-2.14.0" in (results / "README.md").read_text(encoding="utf-8")
+    page = neuronsupport("page", "--results", str(results), "--out", str(tmp_path / "site"))
+    assert page.returncode == 0
+    html = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "zoo:t5" in html and "http://" not in html and "https://" not in html
+    (old).write_bytes(b"not parquet")
+    broken = neuronsupport("upgrade", "--results", str(results))
+    assert broken.returncode == 1 and f"{old} was left as it is" in broken.stderr
+    missing = neuronsupport("page", "--results", str(tmp_path / "nowhere"), "--out", "x")
+    assert missing.returncode == 2 and "no results dataset at" in missing.stderr
