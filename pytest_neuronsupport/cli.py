@@ -188,18 +188,27 @@ def _page(args: argparse.Namespace) -> int:
 def _card(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.card import write_card
 
-    print(write_card(_results_dir(args)))
+    results = _results_dir(args)
+    if _upgrade_files(results):  # the card's configs load only files of one schema
+        return 1
+    print(write_card(results))
     return 0
+
+
+def _upgrade_files(results: Path) -> int:
+    """Upgrade the dataset's files; print what was rewritten and what could not be read."""
+    from pytest_neuronsupport.dataset.store import upgrade_dataset
+
+    unreadable: list[tuple[Path, str]] = []
+    for path in upgrade_dataset(results, unreadable=unreadable):
+        print(f"upgraded {path}")
+    for path, why in unreadable:
+        print(f"neuronsupport: {path} was left as it is: {why}", file=sys.stderr)
+    return len(unreadable)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.dataset.store import upgrade_dataset
-
-    rewritten = upgrade_dataset(_results_dir(args))
-    for path in rewritten:
-        print(f"upgraded {path}")
-    print(f"{len(rewritten)} file(s) rewritten to the current schema")
-    return 0
+    return 1 if _upgrade_files(_results_dir(args)) else 0
 
 
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
