@@ -20,9 +20,6 @@ Standard library only (no torch): the plugin, its workers and the command all re
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +27,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.modellist import toml_string
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 __all__ = [
@@ -91,42 +90,28 @@ class Baseline:
         return cls(pair, {m: Expected(r, m in flaky) for m, r in sorted(results.items())})
 
 
-def _quoted(text: str) -> str:
-    """``text`` as a TOML basic string (JSON's escapes are TOML's; DEL must be escaped too)."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
 def text(baseline: Baseline) -> str:
     """The file's text: a header, the pair, then one line per model in id order."""
     lines = [
         "# Expected results of a pytest-neuronsupport sweep, one line per model.",
         "# Written by `neuronsupport baseline update`; a model marked flaky never fails a check:",
         '#   "org/model" = { result = "FAIL(gen)", flaky = true }',
-        f"pair = {_quoted(baseline.pair)}",
+        f"pair = {toml_string(baseline.pair)}",
         "",
         "[expected]",
     ]
     for model_id in sorted(baseline.expected):
         expected = baseline.expected[model_id]
-        value = _quoted(expected.result)
+        value = toml_string(expected.result)
         if expected.flaky:
             value = f"{{ result = {value}, flaky = true }}"
-        lines.append(f"{_quoted(model_id)} = {value}")
+        lines.append(f"{toml_string(model_id)} = {value}")
     return "\n".join(lines) + "\n"
 
 
 def write(path: Path, baseline: Baseline) -> None:
-    """Write the baseline to ``path`` atomically (a temporary file renamed over it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text(baseline))
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    """Write the baseline to ``path`` atomically."""
+    atomic_write_text(Path(path), text(baseline))
 
 
 def _expected(path: Path, model_id: str, value: object) -> Expected:

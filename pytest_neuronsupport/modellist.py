@@ -11,6 +11,9 @@ A list looks like::
     path = "checkpoints/qwen3"    # optional: a local checkpoint loaded instead of the Hub
     selection_rank = 1            # optional: rank in the sweep's selection
     cores = 2                     # optional: force the number of cores
+    packages = ["sentencepiece"]  # optional: Python packages the model needs beyond ours
+    exclusion = "quantized"       # optional: decided ahead (`neuronsupport select`): EXCLUDED,
+    notes = "quantization_config" #   with this reason, and nothing runs
 
 Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
 line and the entry. This module imports only the standard library and ``huggingface_hub``'s
@@ -19,6 +22,7 @@ validator (cheap): collecting a 1000-entry list must cost next to nothing.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -35,7 +39,22 @@ from pytest_neuronsupport.runners import Runners
 ZOO_PREFIX = "zoo:"
 PACKAGE_PREFIX = "package:"
 
-_KEYS = {"id", "path", "runner", "task", "revision", "selection_rank", "cores"}
+_KEYS = {
+    "id",
+    "path",
+    "runner",
+    "task",
+    "revision",
+    "selection_rank",
+    "cores",
+    "packages",
+    "exclusion",
+    "notes",
+}
+#: A package as pip names it, with an optional version: never a URL, a path or an option.
+_PACKAGE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!_-]+)?"
+)
 _HEADER = re.compile(r"^\s*\[\[\s*model\s*\]\]\s*(#.*)?$")
 
 
@@ -56,6 +75,11 @@ class ModelSpec:
     revision: str | None = None
     selection_rank: int | None = None
     cores: int | None = None
+    #: Packages installed (into an overlay, never the sweep's environment) for its run.
+    packages: tuple[str, ...] = ()
+    #: An exclusion decided ahead (its category), and its reason.
+    exclusion: str | None = None
+    notes: str | None = None
 
     @property
     def is_zoo(self) -> bool:
@@ -64,6 +88,11 @@ class ModelSpec:
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line}"
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: JSON's escapes are TOML's, and DEL is escaped too."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _header_lines(text: str) -> list[int]:
@@ -102,7 +131,7 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
         )
     if "id" not in raw:
         raise _fail(source, line, label, "missing 'id'")
-    for key in ("id", "path", "runner", "task", "revision"):
+    for key in ("id", "path", "runner", "task", "revision", "exclusion", "notes"):
         if key in raw and not (isinstance(raw[key], str) and raw[key].strip()):
             raise _fail(source, line, label, f"'{key}' must be a non-empty string")
     for key in ("selection_rank", "cores"):
@@ -130,6 +159,17 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
     cores = raw.get("cores")
     if cores is not None and cores & (cores - 1):
         raise _fail(source, line, label, f"'cores' must be a power of two, not {cores}")
+    packages = raw.get("packages", [])
+    if not isinstance(packages, list) or not all(
+        isinstance(p, str) and _PACKAGE.fullmatch(p) for p in packages
+    ):
+        raise _fail(
+            source,
+            line,
+            label,
+            "'packages' must be a list of package names, each with an optional version "
+            f'(like "sentencepiece" or "tiktoken>=0.7"), not {packages!r}',
+        )
     return ModelSpec(
         id=model_id,
         source=source,
@@ -140,6 +180,9 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
         revision=raw.get("revision"),
         selection_rank=raw.get("selection_rank"),
         cores=cores,
+        packages=tuple(sorted(set(packages))),
+        exclusion=raw.get("exclusion"),
+        notes=raw.get("notes"),
     )
 
 

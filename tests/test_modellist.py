@@ -98,6 +98,13 @@ def test_runner_column_uses_the_dataset_cards_spelling() -> None:
         ),
         ('[[model]]\nid = "a/b"\ncores = 3\n', "'cores' must be a power of two"),
         ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory"),
+        ('[[model]]\nid = "a/b"\npackages = "sentencepiece"\n', "'packages' must be a list"),
+        (
+            '[[model]]\nid = "a/b"\npackages = ["--index-url=http://evil"]\n',
+            "'packages' must be a list of package names",
+        ),
+        ('[[model]]\nid = "a/b"\npackages = ["x; rm -rf /"]\n', "'packages' must be a list"),
+        ('[[model]]\nid = "a/b"\nexclusion = ""\n', "'exclusion' must be a non-empty string"),
         ("models = []\n", "unknown top-level key(s) models"),
         ('model = "x"\n', "'model' must be an array of tables"),
     ],
@@ -162,3 +169,14 @@ def test_a_model_in_two_lists_stops_the_sweep(pytester: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(
         ["*two.toml:1: 'zoo:llama': duplicate id (also listed at *one.toml:1)*"]
     )
+
+
+def test_packages_and_a_decided_exclusion(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[[model]]\nid = "a/b"\npackages = ["tiktoken>=0.7", "sentencepiece", "tiktoken>=0.7"]\n'
+        '\n[[model]]\nid = "c/d"\nexclusion = "gated"\nnotes = "gated repository"\n',
+    )
+    first, second = parse(path)
+    assert first.packages == ("sentencepiece", "tiktoken>=0.7") and first.exclusion is None
+    assert second.exclusion == "gated" and second.notes == "gated repository"

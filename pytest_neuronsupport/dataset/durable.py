@@ -125,3 +125,21 @@ def atomic_write(target: Path, table: pa.Table) -> None:
             temp.unlink()
         raise
     fsync_dir(target.parent)
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``target`` so that a reader sees the old file or the new one,
+    never a part: a hidden temp file beside it, fsynced, renamed over it. Creates the folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
+    try:
+        with open(temp, "w", encoding="utf-8", newline="\n") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        with suppress(OSError):
+            temp.unlink()
+        raise
+    fsync_dir(target.parent)

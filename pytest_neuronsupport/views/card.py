@@ -12,18 +12,15 @@ row and result counts, the extra columns), so it cannot drift from either.
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
 from collections import Counter
-from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow as pa
 import yaml
 
-from pytest_neuronsupport.dataset.durable import fsync_dir
+from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import data_files
 from pytest_neuronsupport.dataset.schema import (
     COLUMN_DOCS,
@@ -300,19 +297,6 @@ def write_card(results_dir: Path) -> Path:
         UnreadableResultsError: as :func:`card_text`; the old card is left as it was.
     """
     results_dir = Path(results_dir)
-    text = card_text(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
     target = results_dir / "README.md"
-    temp = results_dir / f".README.md.{secrets.token_hex(8)}.tmp"
-    try:
-        with open(temp, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        with suppress(OSError):
-            temp.unlink()
-        raise
-    fsync_dir(results_dir)
+    atomic_write_text(target, card_text(results_dir))
     return target

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import jinja2
 
+from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.dataset.store import read_dataset
 from pytest_neuronsupport.runners.lib.protocol import Result
@@ -199,10 +200,6 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         script_hash=_script_hash(env),
         data={"rows": rows, "results": legend, "tasks": tasks},
     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    index = out / "index.html"
-    partial = out / ".index.html.tmp"
-    partial.write_text(html, encoding="utf-8")
-    partial.replace(index)
+    index = Path(out_dir) / "index.html"
+    atomic_write_text(index, html)
     return index
