@@ -2,6 +2,7 @@
 
 neuronsupport zoo list                       the bundled tiny models
 neuronsupport zoo build [NAME...]            build them into the cache (all by default)
+neuronsupport select --out FILE              a model list from the Hub, as the dataset card's
 neuronsupport lookup MODEL                   a model's rows over every pair
 neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
 neuronsupport baseline update --out FILE     expected results from a dataset
@@ -52,6 +53,17 @@ def parser() -> argparse.ArgumentParser:
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
     options.add_options(build.add_argument, ["cache"], prefix="--")  # as --neuron-cache
+
+    select = sub.add_parser(
+        "select", help="write a model list from the Hub's rankings (at HF_ENDPOINT), pinned"
+    )
+    select.add_argument("--out", metavar="FILE", required=True, help="the model list (TOML)")
+    select.add_argument("--top", type=int, default=100, help="models in the selection (100)")
+    select.add_argument("--depth", type=int, default=1000, help="models per ranking (1000)")
+    select.add_argument(
+        "--tasks", nargs="+", metavar="TASK", help="pipeline tags to rank (the card's by default)"
+    )
+    options.add_options(select.add_argument, ["device", "max-cores", "core-memory"], prefix="--")
 
     lookup = sub.add_parser("lookup", help="every recorded row of a model, one line per pair")
     lookup.add_argument("model", metavar="MODEL", help="a model id, or part of one (any case)")
@@ -114,6 +126,47 @@ def _zoo_build(args: argparse.Namespace) -> int:
         )
     for name in names:
         print(f"zoo:{name}  {zoo.ensure_built(name, cache)}")
+    return 0
+
+
+def _select(args: argparse.Namespace) -> int:
+    from huggingface_hub import HfApi, get_token
+
+    from pytest_neuronsupport import devices, hub, selection
+    from pytest_neuronsupport.dataset.durable import atomic_write_text
+
+    if args.top < 1 or args.depth < 1:
+        raise CommandError("--top and --depth must be positive")
+    device = devices.resolve(args.device or "auto")
+    limits = selection.Limits(
+        max_cores=int(args.max_cores or options.BY_NAME["max-cores"].default),
+        core_memory_gb=float(args.core_memory or device.core_capacity_gb()),
+        has_token=get_token() is not None,
+    )
+    tasks = tuple(args.tasks or selection.CARD_TASKS)
+    api = HfApi()
+    try:
+        hub.check_reachable(api.endpoint)
+        found = selection.candidates(api, tasks, args.depth)
+    except hub.HubUnreachableError as exc:
+        raise CommandError(str(exc)) from None
+    except Exception as exc:  # the client raises httpx's, its own and OSError's
+        raise CommandError(
+            f"cannot list the models of {api.endpoint}: {type(exc).__name__}: {exc}"
+        ) from None
+    entries = selection.select(found, args.top, limits)
+    header = {
+        "endpoint": api.endpoint,
+        "at": selection.now(),
+        "options": f"--top {args.top} --depth {args.depth} --tasks {' '.join(tasks)} "
+        f"--max-cores {limits.max_cores} --core-memory {limits.core_memory_gb:g} "
+        f"(device {device.name})",
+    }
+    out = Path(args.out)
+    atomic_write_text(out, selection.list_text(entries, header))
+    ranked = sum(e.selection_rank is not None for e in entries)
+    excluded = sum(e.exclusion is not None for e in entries)
+    print(f"{out}: {len(entries)} models of {api.endpoint}: {ranked} selected, {excluded} excluded")
     return 0
 
 
@@ -214,6 +267,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("zoo", "list"): _zoo_list,
     ("zoo", "build"): _zoo_build,
+    ("select", None): _select,
     ("lookup", None): _lookup,
     ("diff", None): _diff,
     ("baseline", "update"): _baseline_update,

@@ -25,9 +25,9 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import pair_path, run_dir
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.store import find_row
+from pytest_neuronsupport.dataset.store import UnreadableResultsError, find_row, set_selection
 from pytest_neuronsupport.hookspec import Hooks
-from pytest_neuronsupport.modellist import ModelSpec, parse
+from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline.classify import unrecordable
 from pytest_neuronsupport.pipeline.steps import Pipeline
@@ -177,6 +177,7 @@ class SweepSession:
         self.journal = None
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.pipeline.budget.remove()
+        self.apply_selection()
         if self.baseline is not None:
             self.comparison = self.compare_with_baseline()
             report.junit_global_properties(self.config, self.comparison)
@@ -211,6 +212,22 @@ class SweepSession:
         else:
             rep.outcome = "skipped" if outcome == "xfailed" else "passed"
             rep.wasxfail = reason
+
+    def apply_selection(self) -> None:
+        """When the lists carry a selection, ``selection_rank`` means the latest one: every
+        row of the pair gets its model's rank in these lists, or null if it has none."""
+        try:
+            specs = [spec for path in self.settings.lists for spec in parse(path, self.runners)]
+        except ModelListError:
+            return  # collection has said what is wrong with the list
+        ranks = {s.id: s.selection_rank for s in specs if s.selection_rank is not None}
+        if not ranks:
+            return
+        target = self.settings.results / "data" / self.pipeline.pair
+        try:
+            set_selection(target, ranks)
+        except UnreadableResultsError as exc:
+            self.problems.append(f"{target}: selection ranks not updated ({exc.reason})")
 
     def compare_with_baseline(self) -> Comparison:
         """This sweep's models (their rows, or the recorded rows of those not run again)

@@ -13,7 +13,16 @@ from tests.sweeping import SweepRunner
 
 @pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the whole test run, shared by xdist workers (the zoo builds under a lock)."""
+    """One cache for the whole test run, shared by xdist workers (the zoo builds under a lock).
+
+    It also imports torch and transformers in every worker, outside any test: a module first
+    imported inside a test that uses pytester is dropped from ``sys.modules`` when that test
+    ends (pytester restores its snapshot), and a second import of torch.distributed's
+    functional collectives registers their operators again (a warning, then a RuntimeError).
+    A worker whose zoo another worker built would otherwise import them first in such a test.
+    """
+    import transformers.modeling_utils  # noqa: F401  (torch, torch.distributed.tensor)
+
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's folder, above each worker's own

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,6 +37,7 @@ __all__ = [
     "latest_positions",
     "read_dataset",
     "read_table",
+    "set_selection",
     "tested_at_key",
     "upgrade_dataset",
     "upgrade_file",
@@ -326,6 +327,35 @@ def _conform_extras(table: pa.Table, target: pa.Schema) -> pa.Table:
         for field in target
     ]
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def set_selection(path: Path, ranks: Mapping[str, int]) -> bool:
+    """Give every row of a pair's file the ``selection_rank`` of the latest selection.
+
+    A model of ``ranks`` gets its rank (whether it ran in this sweep or not); any other model
+    gets null: it is no longer selected, and it keeps its result. Atomic, under the file's lock.
+
+    Returns:
+        Whether the file was rewritten (``False``: absent, or every rank already right).
+
+    Raises:
+        UnreadableResultsError: the file is damaged; it is untouched.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with data_lock(path):
+        table = read_table(path, keep_extra=True)
+        wanted = pa.array(
+            [ranks.get(m) for m in table.column("model_id").to_pylist()], type=pa.int32()
+        )
+        index = table.schema.get_field_index("selection_rank")
+        if table.column(index).combine_chunks().equals(wanted):
+            return False
+        remove_temps(path)
+        atomic_write(path, table.set_column(index, SCHEMA.field("selection_rank"), wanted))
+    forget_cached(path)
+    return True
 
 
 def upgrade_dataset(

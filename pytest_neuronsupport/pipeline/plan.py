@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_neuronsupport import zoo
+from pytest_neuronsupport import hub, zoo
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.runners import Runner, Runners
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,17 @@ class Plan:
     #: Cores the run gets (see :mod:`sizing`), and the bf16 weight bytes they were sized by.
     cores: int = 1
     weight_bytes: int | None = None
+
+    @property
+    def revision(self) -> str | None:
+        """The revision that runs: the list's, else the commit the Hub resolved (the name of
+        the cache's snapshot folder its config was read from), so run.py names what ran."""
+        if self.spec.revision is not None or self.config_path is None:
+            return self.spec.revision
+        snapshot = self.config_path.parent
+        if snapshot.parent.name == "snapshots" and _COMMIT.fullmatch(snapshot.name):
+            return snapshot.name
+        return None
 
 
 def exclusion_for(config: dict[str, Any]) -> Exclusion | None:
@@ -75,6 +89,7 @@ def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dic
     else:
         from huggingface_hub import hf_hub_download
 
+        hub.check_reachable()  # at once, rather than after the client's retries
         path = Path(hf_hub_download(checkpoint, "config.json", revision=revision))
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
@@ -95,6 +110,9 @@ def resolve_checkpoint(model_id: str, path: str | None, cache_dir: Path) -> tupl
 
 def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
     """Resolve one entry. Never raises for a bad checkpoint: that is the row's FAIL(load)."""
+    if spec.exclusion is not None:  # decided ahead, from the Hub's metadata: nothing to fetch
+        reason = spec.notes or f"excluded by its list entry ({spec.exclusion})"
+        return Plan(spec, spec.path or spec.id, exclusion=Exclusion(spec.exclusion, reason))
     try:
         checkpoint, local = resolve_checkpoint(spec.id, spec.path, cache_dir)
     except Exception as exc:
@@ -103,6 +121,8 @@ def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
     config_path: Path | None = None
     try:
         config, config_path = read_config(checkpoint, spec.revision, local)
+    except hub.HubUnreachableError as exc:
+        return Plan(spec, checkpoint, load_error=str(exc))
     except Exception as exc:
         if spec.runner is None:
             return Plan(
