@@ -117,3 +117,13 @@ def misbehaving_by_model_backend_for_tests(
         print(f"test-only backend: about to {how}", flush=True)
         _misbehave(how)
     return gm.forward
+
+
+def needs_package_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Needs the package ``nsdemo`` (which tests build as a wheel and list as a model's
+    ``packages``): raises when the run cannot import it, else runs the graph faithfully."""
+    try:
+        import nsdemo  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(f"test-only backend: the run cannot import nsdemo ({exc})") from exc
+    return gm.forward

@@ -5,14 +5,17 @@ from what happened to the model:
 
 * the plan excluded it: EXCLUDED, with its category in ``exclusion`` and the reason in ``notes``;
 * its checkpoint cannot be found: FAIL(load), without a run;
+* the packages it needs cannot be installed: FAIL(other) with pip's reason, without a run;
 * its run wrote a verdict: the run's own (PASS, or FAIL(load|gen|forward|output), decided in
   ``run.py``), which stands even if the process then died on its way out;
 * its run ended without one (a signal, a timeout, too much memory, an exception that escaped):
   FAIL(other), saying how it ended and in which phase;
 * the plugin's own code failed, or the xdist worker running it died: FAIL(other);
 
-then the ``pytest_neuronsupport_verdict`` hook may replace the result (the replaced one is kept
-in ``check``). In pytest, PASS passes, FAIL(...) fails and EXCLUDED is skipped.
+a run whose load failed for a library transformers says is missing is retried once with it: the
+second run decides, and ``notes`` says so. Then the ``pytest_neuronsupport_verdict`` hook may
+replace the result (the replaced one is kept in ``check``). In pytest, PASS passes, FAIL(...)
+fails and EXCLUDED is skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from pytest_neuronsupport.dataset.schema import COLUMNS, row_to_json, validate_row
 from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.packages import PackageError
 from pytest_neuronsupport.pipeline.plan import Exclusion
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -38,6 +42,26 @@ def excluded(exclusion: Exclusion) -> dict[str, Any]:
 def load_failed(error: str) -> dict[str, Any]:
     """The checkpoint cannot be found (or its config read): no run."""
     return {"result": Result.FAIL_LOAD, "error": error, "notes": error}
+
+
+def not_installed(error: PackageError) -> dict[str, Any]:
+    """The packages the run needs cannot be installed: FAIL(other) with pip's reason; no run."""
+    return {"result": Result.FAIL_OTHER, "notes": first_line(str(error)), "error": error.error}
+
+
+def retried(fields: Mapping[str, Any], package: str, first: Mapping[str, Any]) -> dict[str, Any]:
+    """The row fields of a run retried with ``package``, which its first run's load said was
+    missing: the retry's (``fields``), ``notes`` saying so, and a failure's ``error`` followed
+    by the first run's."""
+    done = dict(fields)
+    said = f"retried with {package}"
+    done["notes"] = f"{said}: {fields['notes']}" if fields.get("notes") else said
+    if done.get("result") != Result.PASS and first.get("error"):
+        before = (
+            f"--- the first run, without {package}: {first.get('result')} ---\n{first['error']}"
+        )
+        done["error"] = f"{done.get('error') or ''}\n{before}".lstrip("\n")
+    return done
 
 
 def crashed(why: str, error: str | None = None) -> dict[str, Any]:

@@ -12,6 +12,13 @@ killed worker leaves no run behind. Two ways to get that process:
 * :class:`SubprocessExecutor` (``--neuron-isolation fresh``): ``python3 run.py`` in a fresh
   interpreter, exactly as a user reruns it.
 
+A run that needs packages beyond the environment (an overlay of
+:mod:`~pytest_neuronsupport.pipeline.packages`) imports them from folders put first on its
+``PYTHONPATH``, and runs in a fresh interpreter under either isolation: the fork server's
+transformers decided when it was imported which optional libraries are missing (its cached
+``is_sentencepiece_available()``..., its tokenizer tables), and a forked run inherits those
+decisions, whatever its ``sys.path``.
+
 Both watch the run: past the timeout, or past the memory limit (the resident memory of every
 process in its session), it is stopped. Whatever the process does, the executor returns an
 :class:`Outcome`: how the process ended, the tail of its output, the verdict it wrote if any
@@ -98,6 +105,17 @@ class RunRequest:
     max_memory_gb: float | None = None
     #: CPU cores the run may use (its affinity and thread count), or None for no pinning.
     cpus: Sequence[int] | None = None
+    #: Folders the run imports from before the environment (an overlay of packages): first on
+    #: its ``PYTHONPATH``; a run with any starts a fresh interpreter under either isolation.
+    python_path: Sequence[Path] = ()
+
+    def environment(self) -> dict[str, str]:
+        """The run's environment variables, with :attr:`python_path` first on ``PYTHONPATH``."""
+        env = dict(self.env)
+        if self.python_path:
+            inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env["PYTHONPATH"] = os.pathsep.join([*map(str, self.python_path), *inherited])
+        return env
 
 
 class Executor(Protocol):
@@ -217,7 +235,7 @@ class SubprocessExecutor:
             proc = subprocess.Popen(
                 [sys.executable, str(request.script), "--result", str(request.verdict_path)],
                 cwd=request.cwd,
-                env=dict(request.env),
+                env=request.environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -295,6 +313,8 @@ class ForkServerExecutor:
         self.context.set_forkserver_preload(list(preload))
 
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
+        if request.python_path:  # the server's transformers would not see the packages
+            return SubprocessExecutor().run(request, started)
         request.verdict_path.unlink(missing_ok=True)
         argv = ["--result", str(request.verdict_path)]
         cpus = list(request.cpus) if request.cpus is not None else None

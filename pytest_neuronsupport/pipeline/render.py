@@ -7,7 +7,8 @@ uses to where it is defined, through ``from pytest_neuronsupport.<module> import
 for a runner of another package, ``from <its package>.<module> import <name>``), and the script
 copies exactly the definitions the run uses. Top to bottom, a script holds:
 
-1. a header of comments: the model, runner, device, the stack and a ``pip install`` line;
+1. a header of comments: the model, runner, device, the stack and a ``pip install`` line (with
+   the packages the model needs beyond the stack, if any);
 2. the runner module's docstring, which says what the run does;
 3. the imports its code uses (standard library, torch, transformers), each once;
 4. ``PARAMS``: the run's parameters, a literal of plain values;
@@ -89,6 +90,9 @@ class ScriptPlan:
     judged: bool = False
     #: Whether the backend is an import path (``module:callable``) the script imports.
     imported_backend: bool = False
+    #: Packages the run needs beyond the stack (the list entry's, and one a retry added): named
+    #: on the header's ``pip install`` line, so the script's hash changes with them.
+    packages: tuple[str, ...] = ()
 
 
 # --- writing the script --------------------------------------------------------------------------
@@ -107,6 +111,7 @@ def header(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
         for key, dist in (("transformers", "transformers"), ("accelerate", "accelerate"))
         if stack.get(key)
     ]
+    on_top += sorted(set(plan.packages))
     lines = [
         "#!/usr/bin/env python3",
         "# pytest-neuronsupport run, standalone: `python3 run.py` prints the verdict,"

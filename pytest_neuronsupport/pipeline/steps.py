@@ -1,10 +1,13 @@
-"""One model's test, step by step: plan, size, render, skip if unchanged, lease, isolate,
-classify, and the row it comes to.
+"""One model's test, step by step: plan, size, render, skip if unchanged, install the packages
+it needs, lease, isolate, classify, and the row it comes to.
 
 :meth:`Pipeline.test` takes a list entry and returns :class:`Tried` (a row to record) or
 :class:`NotRun` (the model is skipped without a row: its ``run.py`` is the one recorded, or the
 sweep's ``--neuron-limit`` is reached). Whatever goes wrong on the way, in the model's run or in
 this code, the model gets its row. Nothing here knows pytest: the session and the items call it.
+
+A run whose load fails for a library transformers says is missing runs once more with it
+(:func:`.packages.missing_library`); its row is the second run's, saying so.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.options import Settings
-from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
@@ -32,7 +35,7 @@ from pytest_neuronsupport.pipeline.reference import reference_file
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 from pytest_neuronsupport.stack import LIBRARY
 
 
@@ -120,7 +123,7 @@ class Pipeline:
 
     def test(self, spec: ModelSpec) -> Tried | NotRun:
         """Plan, size, render, run and classify one model."""
-        if self.budget.exhausted():
+        if spec.exclusion is None and self.budget.exhausted():  # an exclusion costs nothing
             return NotRun(f"--neuron-limit {self.settings.limit} reached")
         row = self.base_row(spec)
         try:
@@ -153,9 +156,16 @@ class Pipeline:
             return NotRun(f"--neuron-limit {s.limit} reached")
         run_py = layout.run_dir(s.results, self.pair, spec.id) / "run.py"
         run_py.parent.mkdir(parents=True, exist_ok=True)
-        run_py.write_text(text, encoding="utf-8")
-        fields = classify.ran(self.execute(planned, run_py))
+        fields = self.attempt(planned, spec.packages, run_py, text)
+        missing = None
+        if fields["result"] == Result.FAIL_LOAD:
+            missing = packages.missing_library(fields.get("error"), spec.packages)
+        if missing is not None:  # once: the retry's own missing library is its verdict
+            more = (*spec.packages, missing)
+            text = render(*self.script(planned, more), self.stack)
+            fields = classify.retried(self.attempt(planned, more, run_py, text), missing, fields)
         fields.update(
+            revision=planned.revision,
             runner=planned.runner.column,
             neuron_cores=planned.cores,
             hbm_capacity_gb=round(s.core_capacity_gb * planned.cores, 6),
@@ -182,8 +192,24 @@ class Pipeline:
             **self.stack,
         }
 
-    def script(self, planned: Plan) -> tuple[RunParams, ScriptPlan]:
-        """What the model's ``run.py`` is made of: its parameters and its code."""
+    def attempt(
+        self, planned: Plan, needs: tuple[str, ...], run_py: Path, text: str
+    ) -> dict[str, Any]:
+        """Write ``run.py``, install the packages it needs, run it: the row fields it comes to."""
+        run_py.write_text(text, encoding="utf-8")
+        overlay = None
+        if needs:
+            try:
+                overlay = packages.overlay(needs, self.settings.cache, self.settings.timeout_s)
+            except packages.PackageError as exc:
+                return classify.not_installed(exc)
+        return classify.ran(self.execute(planned, run_py, overlay))
+
+    def script(
+        self, planned: Plan, needs: tuple[str, ...] | None = None
+    ) -> tuple[RunParams, ScriptPlan]:
+        """What the model's ``run.py`` is made of: its parameters and its code (and the packages
+        it needs beyond the stack: the list entry's, unless ``needs`` says otherwise)."""
         s, runner = self.settings, planned.runner
         assert runner is not None
         judged = runner.generates and self.judge is not None
@@ -196,7 +222,7 @@ class Pipeline:
             dtype=s.dtype,
             fullgraph=s.device.fullgraph,
             cores=planned.cores,
-            revision=planned.spec.revision,
+            revision=planned.revision,
             prefill_chunk=s.prefill_chunk if runner.generates else None,
             judge=self.judge if judged else None,
         )
@@ -209,6 +235,7 @@ class Pipeline:
             runner_column=runner.column,
             judged=judged,
             imported_backend=":" in s.backend,
+            packages=planned.spec.packages if needs is None else needs,
         )
         return params, code
 
@@ -222,8 +249,9 @@ class Pipeline:
         when = recorded["tested_at"].isoformat(timespec="seconds") if recorded["tested_at"] else "?"
         return f"unchanged since {when} ({recorded['result']}); --neuron-rerun runs it again"
 
-    def execute(self, planned: Plan, run_py: Path) -> Outcome:
-        """Lease the cores, run the script isolated and pinned, and wait for it."""
+    def execute(self, planned: Plan, run_py: Path, overlay: Path | None = None) -> Outcome:
+        """Lease the cores, run the script isolated and pinned, and wait for it (importing the
+        packages of ``overlay`` before the environment's)."""
         s = self.settings
         env = dict(os.environ)
         for name, value in (
@@ -250,6 +278,7 @@ class Pipeline:
                 timeout_s=s.timeout_s,
                 max_memory_gb=s.max_memory_gb,
                 cpus=s.device.cpus(lease.cores),
+                python_path=() if overlay is None else (overlay,),
             )
 
             def started(pid: int) -> None:
