@@ -24,6 +24,8 @@ from pytest_neuronsupport.modellist import ModelListError, default_lists, resolv
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 
 ISOLATIONS = ("fork", "fresh")
+#: The English judge unless told otherwise: a small instruct model, pinned to one commit.
+DEFAULT_JUDGE = "Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775"
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "judge",
-        "English judge (Hub id, local path or zoo:<name>) when the CPU comparison does not run",
+        "English judge when the CPU comparison does not run: a Hub id[@revision], a local path, "
+        f"zoo:<name>, or none (default {DEFAULT_JUDGE})",
         "MODEL",
+        default=DEFAULT_JUDGE,
     ),
     Option(
         "baseline",
@@ -187,7 +191,8 @@ class Settings:
     core_memory_gb: float | None = None
     #: Generating runners prefill in chunks of this many tokens (None: in one pass).
     prefill_chunk: int | None = 32
-    #: The English judge: a Hub id, a local checkpoint or a zoo model (None: no judge).
+    #: The English judge: a Hub id (``id@revision`` pins it), a local checkpoint or a zoo
+    #: model (None: no judge).
     judge: str | None = None
     #: Expected results to hold the sweep against (None: no check).
     baseline: Path | None = None
@@ -284,7 +289,7 @@ def settings_from(config: pytest.Config) -> Settings:
         max_cores=int(max_cores or BY_NAME["max-cores"].default),
         core_memory_gb=values.number("core-memory"),
         prefill_chunk=int(chunk) if chunk else None,
-        judge=values.text("judge"),
+        judge=None if (judge := values.text("judge")) in (None, "none") else judge,
         baseline=values.optional_path("baseline"),
         baseline_allow_improvements=bool(config.getoption("neuron_baseline_allow_improvements")),
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport import zoo
+from tests.judges_for_tests import judge_double
 from tests.sweeping import SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
@@ -61,7 +61,7 @@ def test_chunked_prefill_generates_the_cpus_tokens(sweep: SweepRunner) -> None:
 
 
 def test_a_decoder_is_sharded_over_two_ranks(sweep: SweepRunner) -> None:
-    done = sweep.run({"id": "zoo:llama-2core", "cores": 2})
+    done = sweep.run({"id": "zoo:llama-2core", "cores": 2}, args=["--neuron-judge", "none"])
     done.result.assert_outcomes(passed=1)
     row = done.row("zoo:llama-2core")
     assert row["neuron_cores"] == 2 and row["runner"] == "run_dense"
@@ -140,46 +140,13 @@ def test_a_rank_that_raises_reports_its_phase(
     assert "test-only backend" in row["error"]
 
 
-def judge_double(sweep: SweepRunner, answer: str) -> Path:
-    """Test double for an instruct model: the zoo's GPT-2 rewired to answer ``answer`` to
-    anything. Its final layer norm outputs a constant vector ``u`` (weight 0, bias ``u``) and
-    the output rows of the 'Yes' and 'No' first tokens are ``+u`` and ``-u`` (or the reverse),
-    so one logit is |u|^2 and the other -|u|^2 whatever the text."""
-    import torch
-    import transformers
-    from safetensors.torch import load_file, save_file
-
-    from pytest_neuronsupport.runners.lib.judge import NO, YES, first_tokens
-
-    source = zoo.ensure_built("gpt2", sweep.cache)
-    target = sweep.pytester.path / f"judge-{answer}"
-    if target.exists():
-        return target
-    shutil.copytree(source, target)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
-    weights = load_file(target / "model.safetensors")
-    head = next(k for k in weights if k.endswith("lm_head.weight") or k.endswith("wte.weight"))
-    u = torch.zeros(weights[head].shape[1])
-    u[0] = 3.0
-    sign = 1.0 if answer == "Yes" else -1.0
-    yes, no = first_tokens(tokenizer, YES), first_tokens(tokenizer, NO)
-    for token in set(yes) - set(no):
-        weights[head][token] = sign * u
-    for token in set(no) - set(yes):
-        weights[head][token] = -sign * u
-    weights["transformer.ln_f.weight"] = torch.zeros_like(weights["transformer.ln_f.weight"])
-    weights["transformer.ln_f.bias"] = u.clone()
-    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
-    return target
-
-
 @pytest.mark.parametrize(
     ("answer", "english", "result"), [("Yes", "Y", "PASS"), ("No", "N", "FAIL(output)")]
 )
 def test_several_cores_are_judged_by_the_english_judge(
     sweep: SweepRunner, answer: str, english: str, result: str
 ) -> None:
-    judge = judge_double(sweep, answer)
+    judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.pytester.path, answer)
     done = sweep.run({"id": "zoo:llama-2core", "cores": 2}, args=["--neuron-judge", str(judge)])
     row = done.row("zoo:llama-2core")
     assert (row["english"], row["result"]) == (english, result)

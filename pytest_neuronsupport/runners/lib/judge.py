@@ -2,14 +2,16 @@
 
 Used when the CPU comparison does not run (several cores, or the CPU run cannot complete), and
 only when a judge is set: the script's entry then runs ``judged(run)``. The judge
-(``--neuron-judge``: a Hub id, a local checkpoint or a ``zoo:`` model) runs on the CPU in fp32,
-eagerly. Its prompt is :data:`JUDGE_PROMPT`, sent as a user message through its chat template
-when it has one (else as plain text followed by ``"\\nAnswer:"``), and its decision is
-:data:`JUDGE_RULE`: one forward pass, no sampling, no parsing of free text.
+(``--neuron-judge``: a Hub id pinned as ``id@revision``, a local checkpoint or a ``zoo:``
+model) runs on the CPU in fp32, eagerly. Its prompt is :data:`JUDGE_PROMPT`, sent as a user
+message through its chat template when it has one (else as plain text followed by
+``"\\nAnswer:"``), and its decision is :data:`JUDGE_RULE`: one forward pass, no sampling, no
+parsing of free text.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +45,7 @@ def judged(run: Callable[..., Any]) -> Callable[..., Any]:
         try:
             decision = judge_english(params["judge"], verdict["text"])
         except Exception as exc:
-            check["judge"] = f"the judge could not run: {exc!r}"[:500]
+            check["judge"] = f"the judge {params['judge']} could not run: {exc!r}"[:500]
             return verdict
         verdict["english"] = decision["english"]
         check["judge"] = decision
@@ -60,11 +62,16 @@ def first_tokens(tokenizer: Any, words: tuple[str, ...]) -> list[int]:
     return sorted({i[0] for i in ids if i})
 
 
-def judge_english(checkpoint: str, text: str) -> dict[str, Any]:
-    """The judge's verdict on ``text``, with everything that decided it."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=False)
+def judge_english(judge: str, text: str) -> dict[str, Any]:
+    """The judge's verdict on ``text``, with everything that decided it. ``judge`` is a
+    checkpoint folder, or a Hub id with its revision after an ``@``."""
+    checkpoint, _, revision = (judge, "", "") if os.path.isdir(judge) else judge.partition("@")
+    pinned = {"revision": revision} if revision else {}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        checkpoint, trust_remote_code=False, **pinned
+    )
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=torch.float32, trust_remote_code=False
+        checkpoint, dtype=torch.float32, trust_remote_code=False, **pinned
     ).eval()  # type: ignore[no-untyped-call]
     yes_all, no_all = first_tokens(tokenizer, YES), first_tokens(tokenizer, NO)
     yes = [t for t in yes_all if t not in no_all]
@@ -78,6 +85,7 @@ def judge_english(checkpoint: str, text: str) -> dict[str, Any]:
     no_logit = float(logits[no].max())
     return {
         "model": checkpoint,
+        "revision": revision or None,
         "prompt": JUDGE_PROMPT,
         "rule": JUDGE_RULE,
         "yes_tokens": yes,
