@@ -53,8 +53,8 @@ CARD_TASKS: Final = (
 """The tasks the card's sweep ranks, in its order."""
 SELECTED_TASKS: Final = ("text-generation", "image-text-to-text")
 """The tasks whose models make the selection (``selection_rank``)."""
-ORDERS: Final = ("downloads", "trendingScore")
-"""The Hub's orders each task is ranked by (``list_models(sort=...)``)."""
+ORDERS: Final = ("downloads", "trending_score")
+"""The orders each task is ranked by, as ``list_models(sort=...)`` names them."""
 EXPAND: Final = [
     "sha",
     "downloads",

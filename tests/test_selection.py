@@ -47,7 +47,7 @@ class HubListingForTests:
     def list_models(self, **kwargs: Any) -> list[ModelInfo]:
         self.calls.append(kwargs)
         assert kwargs["filter"] == "transformers" and "safetensors" in kwargs["expand"]
-        field = {"downloads": "downloads", "trendingScore": "trending_score"}[kwargs["sort"]]
+        field = kwargs["sort"]  # the ModelInfo attribute of the same name
         matching = [m for m in self.models if m.pipeline_tag == kwargs["pipeline_tag"]]
         matching.sort(key=lambda m: (-getattr(m, field), m.id))
         return matching[: kwargs["limit"]]
@@ -69,9 +69,9 @@ def test_a_model_takes_its_best_position_over_every_ranking() -> None:
     assert positions == {"a/popular": 1, "b/trending": 1, "c/third": 2, "d/bert": 1, "e/bert-2": 1}
     assert [(c["pipeline_tag"], c["sort"]) for c in hub.calls] == [
         ("text-generation", "downloads"),
-        ("text-generation", "trendingScore"),
+        ("text-generation", "trending_score"),
         ("fill-mask", "downloads"),
-        ("fill-mask", "trendingScore"),
+        ("fill-mask", "trending_score"),
     ]
     entries = selection.select(found, top=2, limits=Limits())
     # ties at position 1 go to more downloads, then to the id
