@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from pytest_neuronsupport.runners import Runners
 RUNNERS = Runners.builtin()
 
 
-def infer_runner(config: dict, task: str | None) -> str | None:
+def infer_runner(config: dict[str, Any], task: str | None) -> str | None:
     runner = RUNNERS.infer(config, task)
     return None if runner is None else runner.name
 
@@ -49,7 +50,7 @@ def plan(spec: ModelSpec, cache: Path) -> Plan:
     ],
 )
 def test_runner_from_architectures_then_task(
-    config: dict, task: str | None, runner: str | None
+    config: dict[str, Any], task: str | None, runner: str | None
 ) -> None:
     assert infer_runner(config, task) == runner
 

@@ -72,7 +72,7 @@ def script(
 
 
 def every_script() -> list[tuple[str, str, int, str | None, str | None]]:
-    cases = []
+    cases: list[tuple[str, str, int, str | None, str | None]] = []
     for runner in RUNNERS.names():
         architectures = list(HEADS.values()) if runner == "encoder" else [None]
         several = [1, 2] if RUNNERS.get(runner).shards else [1]

@@ -45,7 +45,11 @@ def test_seq2seq_multimodal_and_expert_parallel_runners_pass_against_the_cpu(
 def test_a_perturbed_compiler_fails_the_output_of_every_generating_runner(
     sweep: SweepRunner,
 ) -> None:
-    models = ["zoo:t5", "zoo:llava", {"id": "zoo:mixtral", "runner": "dense_ep"}]
+    models: list[str | dict[str, str]] = [
+        "zoo:t5",
+        "zoo:llava",
+        {"id": "zoo:mixtral", "runner": "dense_ep"},
+    ]
     done = sweep.run(*models, backend=PERTURBING)
     done.result.assert_outcomes(failed=3)
     for row in done.rows.values():
@@ -206,7 +210,7 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
     from pytest_neuronsupport.runners.lib.generation import PROMPT, Generation, generate_and_check
     from pytest_neuronsupport.runners.lib.models import load_tokenizer, user_message
 
-    class NondeterministicLlamaForTests(transformers.LlamaForCausalLM):
+    class NondeterministicLlamaForTests(transformers.LlamaForCausalLM):  # type: ignore[no-untyped-call]
         def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             out = super().forward(*args, **kwargs)
             out.logits = out.logits + 100 * torch.randn_like(out.logits)

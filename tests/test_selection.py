@@ -7,6 +7,7 @@ Hub.
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,9 @@ def info(
     model_id: str, task: str, downloads: int = 0, trending: int = 0, **extra: Any
 ) -> ModelInfo:
     """A ModelInfo as the client parses the Hub's listing."""
-    return ModelInfo(
+    return ModelInfo(  # type: ignore[no-untyped-call]
         id=model_id,
-        sha=f"{abs(hash(model_id)) % 10**40:040d}",
+        sha=hashlib.sha1(model_id.encode()).hexdigest(),
         pipeline_tag=task,
         downloads=downloads,
         trendingScore=trending,
