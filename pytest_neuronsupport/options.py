@@ -11,8 +11,9 @@ ini keys, to the ini file's folder.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from pytest_neuronsupport import devices
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
+from pytest_neuronsupport.shards import Shard, ShardError, from_environment
+from pytest_neuronsupport.shards import parse as parse_shard
 
 ISOLATIONS = ("fork", "fresh")
 #: The English judge unless told otherwise: a small instruct model, pinned to one commit.
@@ -124,6 +127,20 @@ OPTIONS: tuple[Option, ...] = (
         kind="flag",
     ),
     Option(
+        "shard",
+        "run the I-th of N disjoint, cost-balanced parts of the lists (default: from "
+        "JOB_COMPLETION_INDEX or AWS_BATCH_JOB_ARRAY_INDEX when set)",
+        "I/N",
+    ),
+    Option("shards", "how many shards there are, where the engine does not say", "N", kind="int"),
+    Option(
+        "leases",
+        "folder of this machine's core leases, shared by every sweep on it whatever its cache "
+        "(default: <tmp>/pytest-neuronsupport-leases, or $NEURONSUPPORT_LEASES)",
+        "DIR",
+        kind="path",
+    ),
+    Option(
         "isolation",
         "fork: runs forked from a warm server (default); fresh: a new python",
         choices=ISOLATIONS,
@@ -131,6 +148,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def default_leases() -> Path:
+    """One folder per machine: every sweep on it, whatever its cache, leases cores there."""
+    folder = os.path.join(tempfile.gettempdir(), "pytest-neuronsupport-leases")
+    return Path(os.environ.get("NEURONSUPPORT_LEASES", folder))
 
 
 def default_cache() -> Path:
@@ -197,6 +220,10 @@ class Settings:
     #: Expected results to hold the sweep against (None: no check).
     baseline: Path | None = None
     baseline_allow_improvements: bool = False
+    #: The part of the lists this machine runs (None: all of it).
+    shard: Shard | None = None
+    #: Where this machine's core leases live (one folder for every sweep on the machine).
+    leases: Path = field(default_factory=default_leases)
 
     @property
     def core_capacity_gb(self) -> float:
@@ -273,6 +300,13 @@ def settings_from(config: pytest.Config) -> Settings:
     dtype = values.text("dtype") or "auto"
     invoked = config.invocation_params.dir
     limit, max_cores, chunk = (values.number(n) for n in ("limit", "max-cores", "prefill-chunk"))
+    shard_count = values.number("shards")
+    try:
+        shard_text = values.text("shard")
+        count = None if shard_count is None else int(shard_count)
+        shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, count)
+    except ShardError as exc:
+        raise pytest.UsageError(f"neuronsupport: {exc}") from None
     return Settings(
         lists=tuple(lists),
         device=device,
@@ -292,4 +326,6 @@ def settings_from(config: pytest.Config) -> Settings:
         judge=None if (judge := values.text("judge")) in (None, "none") else judge,
         baseline=values.optional_path("baseline"),
         baseline_allow_improvements=bool(config.getoption("neuron_baseline_allow_improvements")),
+        shard=shard,
+        leases=values.path("leases", default_leases()),
     )

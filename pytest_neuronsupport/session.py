@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, report, xdist
+from pytest_neuronsupport import baseline, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
@@ -101,6 +101,22 @@ class SweepSession:
             setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
         return rep
 
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """With a shard: keep this machine's part of the models, deselect the others."""
+        shard = self.settings.shard
+        if shard is None:
+            return
+        models = [item.spec.id for item in items if isinstance(item, ModelItem)]
+        costs = recorded_costs(models, self.recorded)
+        parts = shards.load_or_write(self.settings.results / "shards", models, costs, shard.count)
+        mine = set(parts[shard.index - 1])
+        kept = [i for i in items if not isinstance(i, ModelItem) or i.spec.id in mine]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models to run are known; start counting (controller only)."""
         if not xdist.is_worker(self.config):
@@ -149,6 +165,8 @@ class SweepSession:
             f"neuronsupport: {compiler}-{version} / {LIBRARY}-{self.pipeline.library_version}"
         )
         tr.write_line(f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}")
+        if s.shard is not None:
+            tr.write_line(f"shard {s.shard} (the split: {s.results / 'shards'})")
         line = report.counts_line(self.rows)
         if self.unchanged:
             line += f"; {len(self.unchanged)} unchanged (not run again)"
@@ -251,11 +269,12 @@ class SweepSession:
         """A line per finished model replaces pytest's letters in the default verbosity."""
         return self.config.get_verbosity() == 0 and not self.config.option.collectonly
 
-    def start_progress(self, models: list[str]) -> None:
-        def recorded(model_id: str) -> dict[str, Any] | None:
-            return find_row(self.settings.results, self.pipeline.pair, model_id)
+    def recorded(self, model_id: str) -> dict[str, Any] | None:
+        """The model's recorded row on this sweep's pair."""
+        return find_row(self.settings.results, self.pipeline.pair, model_id)
 
-        self.progress = Progress(models, recorded_costs(models, recorded))
+    def start_progress(self, models: list[str]) -> None:
+        self.progress = Progress(models, recorded_costs(models, self.recorded))
 
     def show_progress(
         self, model_id: str, row: dict[str, Any] | None, rep: pytest.TestReport

@@ -44,13 +44,15 @@ class SweepRunner:
 
     def __init__(self, pytester: pytest.Pytester, cache: Path) -> None:
         self.pytester = pytester
-        # Each test has its cache (CPU references, core leases) but shares the built zoo: the
-        # leases of one test's sweeps must not wait for another test's, running in parallel.
+        # Each test has its cache (CPU references) and core leases but shares the built zoo:
+        # the leases of one test's sweeps must not wait for another test's, running in parallel.
         self.cache = pytester.path / "cache"
         self.cache.mkdir()
         (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
         # an ini file makes the pytester folder the rootdir, and sets the cache through its key
-        pytester.makeini(f"[pytest]\nneuron_cache = {self.cache}\n")
+        pytester.makeini(
+            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n"
+        )
         shutil.copy(HERE / "backends_for_tests.py", pytester.path / "backends_for_tests.py")
 
     @property

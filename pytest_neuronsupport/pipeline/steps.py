@@ -97,9 +97,7 @@ class Pipeline:
     def allocator(self) -> CoreAllocator:
         """Leases of this machine's cores of the device, shared by every sweep on it."""
         device = self.settings.device
-        return CoreAllocator(
-            self.settings.cache / "leases" / f"{device.name}.json", device.core_count()
-        )
+        return CoreAllocator(self.settings.leases / f"{device.name}.json", device.core_count())
 
     @property
     def executor(self) -> Executor:
