@@ -10,6 +10,7 @@ neuronsupport check --baseline FILE          a dataset held against expected res
 neuronsupport page --out DIR                 a static page to browse the results
 neuronsupport card                           the dataset's README.md card
 neuronsupport upgrade                        rewrite files of an older schema to the current one
+neuronsupport merge                          fold journals (a folder) or shards' rows (s3://) in
 
 Commands that read results take ``--results DIR`` (default ``results``).
 """
@@ -99,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
 
     upgrade = sub.add_parser("upgrade", help="rewrite data files of an older schema in place")
     _results(upgrade)
+
+    merge = sub.add_parser(
+        "merge", help="fold the rows the shards published (s3://) or left in journals (a folder)"
+    )
+    _results(merge)
     return p
 
 
@@ -264,6 +270,30 @@ def _upgrade(args: argparse.Namespace) -> int:
     return 1 if _upgrade_files(_results_dir(args)) else 0
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.dataset.layout import is_shared
+
+    results = str(args.results or options.BY_NAME["results"].default)
+    if is_shared(results):
+        from pytest_neuronsupport.dataset.shared import SharedResults
+
+        summary = SharedResults(results).merge()
+        for pair, count in summary.written.items():
+            print(f"{results}/data/{pair}: {count} row(s) merged")
+        print(f"{sum(summary.written.values())} row(s) merged; {summary.retried} write(s) retried")
+        for problem in summary.problems:
+            print(f"neuronsupport merge: {problem}", file=sys.stderr)
+        return 1 if summary.problems else 0
+    from pytest_neuronsupport.dataset.merge import merge_journals
+
+    report = merge_journals(_results_dir(args))
+    for path, count in report.written.items():
+        print(f"{path}: {count} row(s) merged")
+    for problem in [*report.problems, *(f"{p}: {why}" for p, why in report.unreadable)]:
+        print(f"neuronsupport merge: {problem}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("zoo", "list"): _zoo_list,
     ("zoo", "build"): _zoo_build,
@@ -275,6 +305,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("page", None): _page,
     ("card", None): _card,
     ("upgrade", None): _upgrade,
+    ("merge", None): _merge,
 }
 
 

@@ -10,6 +10,7 @@ ini keys, to the ini file's folder.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import devices
+from pytest_neuronsupport.dataset.layout import is_shared
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
@@ -69,7 +71,13 @@ OPTIONS: tuple[Option, ...] = (
         choices=("auto", *DTYPES),
         default="auto",
     ),
-    Option("results", "results folder (default results/)", "DIR", kind="path", default="results"),
+    Option(
+        "results",
+        "results folder (default results/), or s3://bucket/prefix shared by a sweep's shards",
+        "DIR|URI",
+        kind="path",
+        default="results",
+    ),
     Option(
         "timeout", "seconds one model may run (default 1800)", "SECONDS", kind="float", default=1800
     ),
@@ -220,6 +228,8 @@ class Settings:
     #: Expected results to hold the sweep against (None: no check).
     baseline: Path | None = None
     baseline_allow_improvements: bool = False
+    #: The shared dataset (``s3://...``) that ``results``, then a local copy, stands for.
+    shared: str | None = None
     #: The part of the lists this machine runs (None: all of it).
     shard: Shard | None = None
     #: Where this machine's core leases live (one folder for every sweep on the machine).
@@ -307,13 +317,22 @@ def settings_from(config: pytest.Config) -> Settings:
         shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, count)
     except ShardError as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None
+    cache = values.path("cache", default_cache())
+    results = values.path("results", invoked / BY_NAME["results"].default)
+    shared = values.text("results")
+    if shared is not None and is_shared(shared):
+        # the sweep works on a local copy of the shared dataset, one per URI, in its cache
+        results = cache / "shared" / hashlib.sha256(shared.encode()).hexdigest()[:16]
+    else:
+        shared = None
     return Settings(
         lists=tuple(lists),
         device=device,
         backend=values.text("backend") or device.default_backend,
         dtype=device.default_dtype if dtype == "auto" else dtype,
-        results=values.path("results", invoked / BY_NAME["results"].default),
-        cache=values.path("cache", default_cache()),
+        results=results,
+        cache=cache,
+        shared=shared,
         timeout_s=float(values.number("timeout") or BY_NAME["timeout"].default),
         workdir=invoked,
         isolation=values.text("isolation") or "fork",

@@ -9,6 +9,8 @@ registers a :class:`~pytest_neuronsupport.session.SweepSession`, whose hook meth
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from pytest_neuronsupport import options
@@ -41,6 +43,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_neuronsupport.xdist import XdistHooks, is_worker
 
     settings = options.settings_from(config)
+    if settings.shared is not None and importlib.util.find_spec("boto3") is None:
+        raise pytest.UsageError(
+            f"neuronsupport: --neuron-results {settings.shared} needs boto3: "
+            "pip install 'pytest-neuronsupport[s3]'"
+        )
     if not is_worker(config):
         problem = check_backend(settings.backend, settings.device, settings.workdir)
         if problem:

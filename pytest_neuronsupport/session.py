@@ -25,6 +25,8 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import pair_path, run_dir
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
+from pytest_neuronsupport.dataset.schema import row_to_json
+from pytest_neuronsupport.dataset.shared import SharedResults
 from pytest_neuronsupport.dataset.store import UnreadableResultsError, find_row, set_selection
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
@@ -59,6 +61,9 @@ class SweepSession:
     baseline: Baseline | None = None
     comparison: Comparison | None = None
     progress: Progress | None = None
+    #: Rows published to a shared dataset, and those whose publishing failed (and why).
+    published: list[str] = field(default_factory=list)
+    unpublished: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
     @cached_property
     def sweep_id(self) -> str:
@@ -87,6 +92,13 @@ class SweepSession:
         if tr is not None and self.lines_per_model:
             tr.showfspath = False  # each model's line names it
         self.settings.results.mkdir(parents=True, exist_ok=True)
+        if self.shared is not None:
+            try:  # a local copy: skip-unchanged and --neuron-rerun read the shared dataset
+                self.shared.pull(self.settings.results)
+            except Exception as exc:  # boto3's and botocore's errors
+                raise pytest.UsageError(
+                    f"neuronsupport: cannot read {self.shared.uri}: {type(exc).__name__}: {exc}"
+                ) from None
         self.note_merge(merge_journals(self.settings.results))
         self.journal = Journal(self.settings.results)
 
@@ -110,7 +122,14 @@ class SweepSession:
             return
         models = [item.spec.id for item in items if isinstance(item, ModelItem)]
         costs = recorded_costs(models, self.recorded)
-        parts = shards.load_or_write(self.settings.results / "shards", models, costs, shard.count)
+        if self.shared is not None:  # the split every machine reads is in the shared dataset
+            name, text = shards.split_document(models, costs, shard.count)
+            text = self.shared.put_if_absent(f"shards/{name}", text)
+            parts = shards.read_split(text, models, shard.count, f"{self.shared.uri}/shards/{name}")
+        else:
+            parts = shards.load_or_write(
+                self.settings.results / "shards", models, costs, shard.count
+            )
         mine = set(parts[shard.index - 1])
         kept = [i for i in items if not isinstance(i, ModelItem) or i.spec.id in mine]
         if len(kept) < len(items):
@@ -196,6 +215,8 @@ class SweepSession:
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.pipeline.budget.remove()
         self.apply_selection()
+        if self.shared is not None:
+            self.merge_shared()
         if self.baseline is not None:
             self.comparison = self.compare_with_baseline()
             report.junit_global_properties(self.config, self.comparison)
@@ -307,8 +328,15 @@ class SweepSession:
                 tr.write_line(status)
 
     def record(self, row: dict[str, Any]) -> None:
-        """Keep a row and journal it; a row that does not fit the dataset is kept as
-        FAIL(other), with the problem (a bug of ours must not cost the model its row)."""
+        """Keep a row, publish it (a shared dataset) and journal it; a row that does not fit
+        the dataset is kept as FAIL(other), with the problem (a bug of ours must not cost the
+        model its row)."""
+        try:
+            row_to_json(row)
+        except ValueError:
+            pass  # the journal says why, below
+        else:
+            self.publish(row)  # before the journal: a kill in between loses nothing shared
         try:
             if self.journal is not None:
                 self.journal.append(self.pipeline.pair, row)
@@ -320,6 +348,41 @@ class SweepSession:
             if self.journal is not None:
                 self.journal.append(self.pipeline.pair, row)
         self.rows.append(row)
+
+    @cached_property
+    def shared(self) -> SharedResults | None:
+        """The dataset on object storage that the local results are a copy of, if any."""
+        uri = self.settings.shared
+        return None if uri is None else SharedResults(uri)
+
+    def publish(self, row: dict[str, Any]) -> None:
+        """Publish a row to the shared dataset; one that fails is published again at the end."""
+        if self.shared is None:
+            return
+        try:
+            self.shared.publish(self.sweep_id, len(self.published), self.pipeline.pair, row)
+        except Exception as exc:  # S3 down: the row is journaled; retried at the end
+            self.unpublished.append((row, f"{type(exc).__name__}: {exc}"))
+        self.published.append(row["model_id"])
+
+    def merge_shared(self) -> None:
+        """Publish what could not be, then fold every published row into the shared pair
+        files (conditional writes: see :mod:`~pytest_neuronsupport.dataset.shared`)."""
+        assert self.shared is not None
+        failed, self.unpublished = self.unpublished, []
+        for row, _ in failed:
+            self.publish(row)
+        for row, why in self.unpublished:
+            self.problems.append(
+                f"{row['model_id']}: not published to {self.shared.uri} ({why}); "
+                "it is in the local copy's journal"
+            )
+        try:
+            summary = self.shared.merge()
+        except Exception as exc:
+            self.problems.append(f"merging into {self.shared.uri}: {type(exc).__name__}: {exc}")
+            return
+        self.problems.extend(summary.problems)
 
     def crashed_row(self, nodeid: str, why: str) -> dict[str, Any]:
         """The row of a model whose xdist worker died while running it."""

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["Shard", "ShardError", "from_environment", "load_or_write", "parse", "partition"]
+__all__ = [
+    "Shard",
+    "ShardError",
+    "from_environment",
+    "load_or_write",
+    "parse",
+    "partition",
+    "read_split",
+    "split_document",
+]
 
 _INDEXED_JOB: Final = "JOB_COMPLETION_INDEX"
 _BATCH_INDEX: Final = "AWS_BATCH_JOB_ARRAY_INDEX"
@@ -109,6 +118,25 @@ def _key(models: Sequence[str], count: int) -> str:
     return digest.hexdigest()[:20]
 
 
+def split_document(
+    models: Sequence[str], costs: Mapping[str, float], count: int
+) -> tuple[str, str]:
+    """``(name, text)`` of the split of ``models`` in ``count``: its file name (a key of the
+    models and the count) and its JSON, with the costs it was made from."""
+    parts = partition(models, costs, count)
+    text = json.dumps({"count": count, "parts": parts, "costs": dict(costs)}, indent=1)
+    return f"{_key(models, count)}.json", text
+
+
+def read_split(text: str, models: Sequence[str], count: int, where: str) -> list[list[str]]:
+    """The parts of a split document, checked to split exactly ``models`` in ``count``."""
+    data = json.loads(text)
+    parts = data["parts"]
+    if data.get("count") != count or sorted(m for p in parts for m in p) != sorted(models):
+        raise ShardError(f"{where} does not split these models in {count}: remove it")
+    return [list(part) for part in parts]
+
+
 def load_or_write(
     folder: Path, models: Sequence[str], costs: Mapping[str, float], count: int
 ) -> list[list[str]]:
@@ -116,11 +144,10 @@ def load_or_write(
     these models and this count if any machine wrote it, else this one's, written for the
     others (atomically: a complete file appears, or nothing)."""
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{_key(models, count)}.json"
+    name, text = split_document(models, costs, count)
+    target = folder / name
     if not target.exists():
-        parts = partition(models, costs, count)
-        text = json.dumps({"count": count, "parts": parts, "costs": dict(costs)}, indent=1)
-        temp = folder / f".{target.name}.{secrets.token_hex(8)}.tmp"
+        temp = folder / f".{name}.{secrets.token_hex(8)}.tmp"
         temp.write_text(text, encoding="utf-8")
         try:
             os.link(temp, target)  # fails if another machine's split got there first
@@ -128,8 +155,4 @@ def load_or_write(
             pass
         finally:
             temp.unlink()
-    data = json.loads(target.read_text(encoding="utf-8"))
-    parts = data["parts"]
-    if data.get("count") != count or sorted(m for p in parts for m in p) != sorted(models):
-        raise ShardError(f"{target} does not split these models in {count}: remove it")
-    return [list(part) for part in parts]
+    return read_split(target.read_text(encoding="utf-8"), models, count, str(target))

@@ -7,14 +7,19 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "SCHEME",
     "check_relpath",
     "data_files",
+    "is_shared",
     "pair_dirname",
     "pair_path",
     "pair_relpath",
     "run_dir",
     "run_dirname",
 ]
+
+SCHEME: Final = "s3://"
+"""The results that are not a folder: a dataset on object storage (:mod:`.shared`)."""
 
 _SAFE_CHAR: Final = re.compile(r"[^A-Za-z0-9._+-]")
 _RUN_CHAR: Final = re.compile(r"[^A-Za-z0-9._-]")
@@ -139,3 +144,8 @@ def run_dir(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
     """
     pair = check_relpath(pair_relpath).removesuffix(_PARQUET)
     return Path(results_dir) / "runs" / pair / run_dirname(model_id)
+
+
+def is_shared(results: str) -> bool:
+    """Whether ``--neuron-results`` names object storage rather than a folder."""
+    return results.startswith(SCHEME)
