@@ -1,109 +1,30 @@
-"""A miniature Hugging Face Hub on ``127.0.0.1``, for tests that must not reach the real one.
-
-:class:`MiniHub` is a real HTTP server (``http.server.ThreadingHTTPServer`` on port 0, served
-from a daemon thread) that speaks enough of the Hub's HTTP API for the unmodified
-``huggingface_hub`` client (``HfApi.list_models``, ``model_info``, ``list_repo_tree``,
-``get_paths_info``, ``hf_hub_download``, ``snapshot_download``) and ``transformers``
-``from_pretrained`` to work against it when ``HF_ENDPOINT`` is its :attr:`MiniHub.url`::
-
-    with MiniHub() as hub:
-        sha = hub.add_model("org/tiny", folder, pipeline_tag="text-generation", downloads=10)
-        api = HfApi(endpoint=hub.url)
-        [m.id for m in api.list_models(filter="transformers", sort="downloads")]
-        hf_hub_download("org/tiny", "config.json", revision=sha, endpoint=hub.url, cache_dir=tmp)
-
-Repos are model repos only, built from a local folder and/or a mapping of files, with a linear
-history (:meth:`MiniHub.add_model`, :meth:`MiniHub.add_commit`); ``main`` and any commit sha (or
-a unique prefix of at least 7 hex digits) are valid revisions. Served endpoints:
-
-- ``GET /api/models``: ``search``, ``author``, ``filter`` (repeatable, all must match a tag or
-  the library name), ``pipeline_tag``, ``gated``, ``num_parameters`` (``min:1B,max:8B``),
-  ``sort`` (``downloads``, ``trendingScore``, ``likes``, ``createdAt``, ``lastModified``;
-  descending, ties by id; ``direction=1`` ascends; no sort: insertion order), ``limit``,
-  ``expand``/``expand[]`` (repeatable), ``full``, ``config``. At most :attr:`MiniHub.page_size`
-  items per response (and at most ``limit``), with ``Link: <next>; rel="next"`` carrying a cursor,
-  like the Hub (the client's ``paginate`` follows it).
-- ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{rev}`` (``expand``, ``blobs``,
-  ``securityStatus``), ``GET /api/models/{repo}/tree/{rev}[/{path}]`` (``recursive``, ``expand``;
-  paged), ``POST /api/models/{repo}/paths-info/{rev}``, ``GET /api/models/{repo}/refs``.
-- ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, a quoted ``ETag`` (git blob
-  sha1; for LFS-like files, ``*.safetensors``, ``*.bin``, ``*.gguf``... or over 10 MB, the
-  sha256, also in ``X-Linked-Etag`` with ``X-Linked-Size``, which is what ``get_hf_file_metadata``
-  reads), ``Content-Length``, ``Accept-Ranges: bytes``; a single range (``Range: bytes=N-``,
-  ``N-M`` or ``-N``) answers 206, an unsatisfiable one 416. Files are served directly (no CDN
-  redirect, no Xet headers, so the client downloads over plain HTTP).
-  :meth:`MiniHub.interrupt` cuts the next GETs of a file after some bytes. huggingface_hub 2.4.0
-  then retries within the same ``hf_hub_download`` call (after sleeping 1 s), resuming with
-  ``Range`` from the last full 10 MiB chunk it wrote (``DOWNLOAD_CHUNK_SIZE``): a file cut before
-  its first 10 MiB is fetched again from byte 0.
-- Errors carry ``X-Error-Code`` as on the Hub, which the client maps to its exceptions:
-  ``RepoNotFound`` (401 without an ``Authorization`` header, 404 with one),
-  ``RevisionNotFound`` (404), ``EntryNotFound`` (404, with ``X-Repo-Commit``), ``GatedRepo``
-  (401 on resolve URLs of a gated repo without ``Authorization``; metadata stays public, as on
-  the Hub). Invalid ``expand``/``sort``/``cursor`` values: 400. Anything else is a 404 JSON
-  ``{"error": ...}``. A bug of the hub answers 500 and is kept in :attr:`MiniHub.errors`.
-
-The pytest fixture :func:`minihub` (enable it with ``-p pytest_neuronsupport.minihub``, or
-``pytest_plugins = ["pytest_neuronsupport.minihub"]``) starts a hub and, through ``monkeypatch``,
-sets ``HF_ENDPOINT`` to its url, unsets ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``/``HF_TOKEN``,
-points ``HF_HOME``/``HF_HUB_CACHE`` at a temporary folder and sets
-``HF_HUB_DISABLE_TELEMETRY=1``. **Subprocesses** see that environment and need nothing more.
-**In-process** callers do not: ``huggingface_hub.constants`` reads the environment once, at
-import, so they must pass ``endpoint=hub.url`` (``HfApi(endpoint=hub.url)``,
-``hf_hub_download(..., endpoint=hub.url)``) and should pass ``cache_dir``. The fixture patches
-the import-time constants that would otherwise block or leak in-process calls when
-``huggingface_hub`` is installed: ``constants.HF_HUB_OFFLINE`` (the client checks it through
-``constants.is_offline_mode()`` on every request, so with ``HF_HUB_OFFLINE=1`` exported, as in
-CI, every in-process request would raise ``OfflineModeIsEnabled``), ``HF_HUB_CACHE`` (so that
-calls without ``cache_dir`` land in the temporary folder) and ``HF_HUB_DISABLE_TELEMETRY``. It
-does not patch ``constants.ENDPOINT``: objects created earlier (``transformers`` keeps a shared
-``HfApi``) would still point at the old endpoint. ``transformers`` ``from_pretrained`` takes no
-endpoint, so run it in a subprocess. At teardown the fixture fails the test if the hub recorded
-errors.
-
-This module uses only the standard library (and pytest, for the fixture); it never imports torch,
-and imports ``huggingface_hub`` only inside the fixture, if installed.
-"""
+"""The mini-hub's HTTP API: what ``huggingface_hub`` and ``transformers`` ask of the Hub (the
+listing, model info, trees, paths-info, resolve with ranges), answered from its repos."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import hashlib
 import http.server
 import json
-import math
 import mimetypes
-import os
 import re
 import socket
 import socketserver
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-import pytest
+from pytest_neuronsupport.minihub.repos import _Blob, _Commit, _iso, _Repo
 
-__all__ = ["MiniHub", "minihub"]
+if TYPE_CHECKING:
+    from pytest_neuronsupport.minihub import MiniHub
 
-_DEFAULT_CREATED_AT = datetime(2024, 1, 1, tzinfo=UTC)
 
-# Files the Hub's default .gitattributes sends to LFS (and GGUF), matched on the file name.
-_LFS_PATTERNS = (
-    "*.7z *.arrow *.bin *.bz2 *.ckpt *.ftz *.gz *.h5 *.joblib *.lfs.* *.mlmodel *.model *.msgpack"
-    " *.npy *.npz *.onnx *.ot *.parquet *.pb *.pickle *.pkl *.pt *.pth *.rar *.safetensors *.tar"
-    " *.tar.* *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents* *.gguf"
-).split()
-_LFS_MIN_SIZE = 10 * 1000 * 1000  # the Hub refuses larger regular git files
-
-# The fields `expand` may name (huggingface_hub's ExpandModelProperty_T); others answer 400.
 _EXPANDABLE = frozenset(
     {
         "author",
@@ -139,6 +60,7 @@ _EXPANDABLE = frozenset(
         "widgetData",
     }
 )
+
 _LIST_DEFAULT_FIELDS = (
     "likes",
     "trendingScore",
@@ -149,7 +71,9 @@ _LIST_DEFAULT_FIELDS = (
     "library_name",
     "createdAt",
 )
+
 _LIST_FULL_FIELDS = ("author", "sha", "lastModified", "gated", "disabled", "siblings")
+
 _INFO_FIELDS = (
     "author",
     "sha",
@@ -173,264 +97,19 @@ _INFO_FIELDS = (
     "createdAt",
     "usedStorage",
 )
+
 _SORT_KEYS = ("downloads", "trendingScore", "likes", "createdAt", "lastModified")
+
 _SORT_ALIASES = {
     "trending_score": "trendingScore",
     "created_at": "createdAt",
     "last_modified": "lastModified",
 }
 
-# Keys of config.json / tokenizer_config.json that the Hub exposes in the `config` field.
-_HUB_CONFIG_KEYS = ("architectures", "model_type", "auto_map", "quantization_config")
-_HUB_TOKENIZER_KEYS = (
-    "bos_token",
-    "eos_token",
-    "pad_token",
-    "unk_token",
-    "sep_token",
-    "cls_token",
-    "mask_token",
-    "chat_template",
-    "use_default_system_prompt",
-)
-# Architecture suffix -> transformers auto class, for the derived `transformersInfo`.
-_AUTO_MODELS = (
-    ("ForCausalLM", "AutoModelForCausalLM"),
-    ("LMHeadModel", "AutoModelForCausalLM"),
-    ("ForMaskedLM", "AutoModelForMaskedLM"),
-    ("ForSequenceClassification", "AutoModelForSequenceClassification"),
-    ("ForTokenClassification", "AutoModelForTokenClassification"),
-    ("ForQuestionAnswering", "AutoModelForQuestionAnswering"),
-    ("ForImageClassification", "AutoModelForImageClassification"),
-    ("ForSpeechSeq2Seq", "AutoModelForSpeechSeq2Seq"),
-)
-_CONDITIONAL_GENERATION = {
-    "image-text-to-text": "AutoModelForImageTextToText",
-    "automatic-speech-recognition": "AutoModelForSpeechSeq2Seq",
-}
 _TRUE = {"1", "true", "yes", "on"}
-_HEX = re.compile(r"[0-9a-f]{7,40}")
+
+
 _SUBPATHS = {"revision", "tree", "paths-info", "refs", "resolve", "commits"}
-
-_FULL_SHA = re.compile(r"[0-9a-f]{40}")
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-
-
-def _as_datetime(value: str | datetime) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def _git_oid(data: bytes) -> str:
-    """The git blob id of *data* (what the Hub reports as a regular file's oid and ETag)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _is_lfs(path: str, size: int) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return size >= _LFS_MIN_SIZE or any(fnmatch.fnmatch(name, p) for p in _LFS_PATTERNS)
-
-
-@dataclass(frozen=True)
-class _Blob:
-    """One file's content and the ids the Hub derives from it."""
-
-    data: bytes
-    oid: str  # git blob id (of the LFS pointer file for LFS files)
-    sha256: str | None  # LFS files only
-    pointer_size: int
-
-    @classmethod
-    def of(cls, path: str, data: bytes) -> _Blob:
-        if not _is_lfs(path, len(data)):
-            return cls(data, _git_oid(data), None, 0)
-        sha256 = hashlib.sha256(data).hexdigest()
-        pointer = (
-            f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
-        ).encode()
-        return cls(data, _git_oid(pointer), sha256, len(pointer))
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    @property
-    def etag(self) -> str:
-        return self.sha256 or self.oid
-
-
-@dataclass
-class _Commit:
-    sha: str
-    parent: _Commit | None
-    files: dict[str, _Blob]
-    date: datetime
-    title: str
-    meta: dict[str, Any] = field(default_factory=dict)  # derived card fields at this commit
-
-
-@dataclass
-class _Repo:
-    repo_id: str
-    pipeline_tag: str | None
-    tags: tuple[str, ...]
-    downloads: int
-    trending_score: int
-    likes: int
-    gated: bool | str
-    library_name: str | None
-    created_at: datetime
-    # explicit overrides of fields otherwise derived from the files (None: derive)
-    config: dict[str, Any] | None
-    safetensors_parameters: int | None
-    transformers_info: dict[str, Any] | None
-    gguf: dict[str, Any] | None
-    commits: list[_Commit] = field(default_factory=list)
-    order: int = 0
-
-    @property
-    def head(self) -> _Commit:
-        return self.commits[-1]
-
-    def resolve(self, revision: str) -> _Commit | None:
-        if revision in ("main", "refs/heads/main"):
-            return self.head
-        if _HEX.fullmatch(revision):
-            found = [c for c in self.commits if c.sha.startswith(revision)]
-            if len(found) == 1:
-                return found[0]
-        return None
-
-
-def _read_folder(folder: Path) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".cache"))
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
-            files[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return files
-
-
-def _safetensors_counts(data: bytes) -> dict[str, int]:
-    """Element counts per dtype from a safetensors header (8-byte LE length, then JSON)."""
-    if len(data) < 8:
-        return {}
-    length = int.from_bytes(data[:8], "little")
-    try:
-        header = json.loads(data[8 : 8 + length])
-    except ValueError:
-        return {}
-    counts: dict[str, int] = {}
-    if not isinstance(header, dict):
-        return counts
-    for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict):
-            continue
-        dtype = str(info.get("dtype", "F32"))
-        counts[dtype] = counts.get(dtype, 0) + math.prod(int(d) for d in info.get("shape", []))
-    return counts
-
-
-def _json_file(files: Mapping[str, _Blob], path: str) -> dict[str, Any] | None:
-    blob = files.get(path)
-    if blob is None:
-        return None
-    try:
-        value = json.loads(blob.data)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _derive(repo: _Repo, files: Mapping[str, _Blob]) -> dict[str, Any]:
-    """The card fields the Hub computes from a commit's files, unless given explicitly."""
-    config: dict[str, Any] | None
-    if repo.config is not None:
-        config = dict(repo.config)
-    else:
-        raw = _json_file(files, "config.json")
-        config = None if raw is None else {k: raw[k] for k in _HUB_CONFIG_KEYS if k in raw}
-        tokenizer = _json_file(files, "tokenizer_config.json")
-        if tokenizer is not None:
-            config = config or {}
-            config["tokenizer_config"] = {
-                k: tokenizer[k] for k in _HUB_TOKENIZER_KEYS if k in tokenizer
-            }
-
-    safetensors: dict[str, Any] | None = None
-    if repo.safetensors_parameters is not None:
-        n = repo.safetensors_parameters
-        safetensors = {"parameters": {"BF16": n}, "total": n}
-    else:
-        counts: dict[str, int] = {}
-        for path, blob in sorted(files.items()):
-            if path.endswith(".safetensors"):
-                for dtype, n in _safetensors_counts(blob.data).items():
-                    counts[dtype] = counts.get(dtype, 0) + n
-        if counts:
-            safetensors = {"parameters": counts, "total": sum(counts.values())}
-
-    transformers_info = repo.transformers_info
-    if transformers_info is None and repo.library_name == "transformers" and config:
-        transformers_info = _derive_transformers_info(config, files, repo.pipeline_tag)
-
-    tags: list[str] = []
-    if repo.library_name:
-        tags.append(repo.library_name)
-    if safetensors is not None or any(p.endswith(".safetensors") for p in files):
-        tags.append("safetensors")
-    if repo.gguf is not None or any(p.endswith(".gguf") for p in files):
-        tags.append("gguf")
-    if config and isinstance(config.get("model_type"), str):
-        tags.append(config["model_type"])
-    if repo.pipeline_tag:
-        tags.append(repo.pipeline_tag)
-    tags.extend(repo.tags)
-    if config and config.get("auto_map"):
-        tags.append("custom_code")
-    return {
-        "config": config,
-        "safetensors": safetensors,
-        "transformersInfo": transformers_info,
-        "gguf": repo.gguf,
-        "tags": list(dict.fromkeys(tags)),
-    }
-
-
-def _derive_transformers_info(
-    config: Mapping[str, Any], files: Mapping[str, _Blob], pipeline_tag: str | None
-) -> dict[str, Any] | None:
-    architectures = config.get("architectures")
-    if not isinstance(architectures, list) or not architectures:
-        return None
-    arch = str(architectures[0])
-    auto_model = "AutoModel"
-    for suffix, name in _AUTO_MODELS:
-        if arch.endswith(suffix):
-            auto_model = name
-            break
-    else:
-        if arch.endswith("ForConditionalGeneration"):
-            auto_model = _CONDITIONAL_GENERATION.get(pipeline_tag or "", "AutoModelForSeq2SeqLM")
-    info: dict[str, Any] = {"auto_model": auto_model}
-    auto_map = config.get("auto_map")
-    if isinstance(auto_map, dict) and isinstance(auto_map.get(auto_model), str):
-        info["custom_class"] = auto_map[auto_model].split("--")[-1]
-    if pipeline_tag:
-        info["pipeline_tag"] = pipeline_tag
-    tokenizer = any(p in files for p in ("tokenizer.json", "tokenizer_config.json"))
-    images = any(p in files for p in ("preprocessor_config.json", "processor_config.json"))
-    if images:
-        info["processor"] = "AutoProcessor" if tokenizer else "AutoImageProcessor"
-    elif tokenizer:
-        info["processor"] = "AutoTokenizer"
-    return info
 
 
 def _parse_size(text: str) -> float:
@@ -1011,263 +690,3 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     if start >= size or end <= start:
         raise ValueError(header)
     return (start, end)
-
-
-class MiniHub:
-    """A small Hugging Face Hub serving model repos over HTTP on ``127.0.0.1``.
-
-    Use as a context manager, or call :meth:`start` and :meth:`stop`. All methods are
-    thread-safe; repos may be added or changed while the server runs.
-
-    Attributes:
-        page_size: the most items one listing response holds (``/api/models`` and ``/tree``);
-            the rest is behind a ``Link: rel="next"`` header. Settable (e.g. 3, to test paging).
-        requests: every request seen, as ``(method, path with query)``, in arrival order.
-            Appended to from the server's threads: copy it (``list(hub.requests)``) before
-            iterating while requests may be in flight; ``hub.requests.clear()`` resets it.
-        request_headers: the headers of each request of :attr:`requests` (same order, names
-            lower-cased), e.g. to see the ``range`` of a resumed download.
-        errors: tracebacks of requests the hub failed to handle (bugs of the hub, answered with
-            a 500); the :func:`minihub` fixture fails the test at teardown if any.
-        verbose: log requests and handler errors to stderr (off by default).
-    """
-
-    def __init__(self, *, page_size: int = 1000, verbose: bool = False) -> None:
-        self.page_size = page_size
-        self.verbose = verbose
-        self.requests: list[tuple[str, str]] = []
-        self.request_headers: list[dict[str, str]] = []
-        self.errors: list[str] = []
-        self._lock = threading.RLock()
-        self._repos: dict[str, _Repo] = {}
-        self._interrupts: dict[tuple[str, str], list[list[int]]] = {}
-        self._order = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def start(self) -> MiniHub:
-        """Bind ``127.0.0.1`` on a free port and serve from a daemon thread."""
-        if self._server is not None:
-            raise RuntimeError("MiniHub is already started")
-        self._server = _Server(self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="minihub",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, close open connections and the socket. Does nothing if not started."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        server.shutdown()
-        thread.join()
-        server.close_connections(timeout=5)
-        server.server_close()
-        self._server = self._thread = None
-
-    def __enter__(self) -> MiniHub:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``, the value for ``HF_ENDPOINT`` / ``endpoint=``."""
-        if self._server is None:
-            raise RuntimeError("MiniHub is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    # -- repos ---------------------------------------------------------------------------------
-
-    def add_model(
-        self,
-        repo_id: str,
-        folder: Path | str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        *,
-        pipeline_tag: str | None = None,
-        tags: Iterable[str] = (),
-        downloads: int = 0,
-        trending_score: int = 0,
-        likes: int = 0,
-        gated: bool | str = False,
-        library_name: str | None = "transformers",
-        config: dict[str, Any] | None = None,
-        safetensors_parameters: int | None = None,
-        transformers_info: dict[str, Any] | None = None,
-        gguf: dict[str, Any] | None = None,
-        created_at: str | datetime = _DEFAULT_CREATED_AT,
-        title: str = "initial commit",
-        sha: str | None = None,
-    ) -> str:
-        """Create model repo *repo_id* from *folder* (read recursively, ``.git``/``.cache``
-        skipped) and/or *files* (path -> content; overrides the folder's); return its commit sha.
-
-        The Hub's card fields are derived from the files unless given: ``config`` from
-        ``config.json`` (the keys the Hub exposes: architectures, model_type, auto_map,
-        quantization_config) plus ``tokenizer_config`` from ``tokenizer_config.json``;
-        ``safetensors`` from the ``.safetensors`` headers (element counts per dtype; an explicit
-        *safetensors_parameters* n gives ``{"parameters": {"BF16": n}, "total": n}``);
-        ``transformersInfo`` (for ``library_name="transformers"``) from the architecture;
-        ``tags``: library name, ``safetensors``/``gguf``, model_type, pipeline tag, then *tags*,
-        then ``custom_code`` when the config has an ``auto_map``. *gated*: False, True (=
-        ``"auto"``), ``"auto"`` or ``"manual"``. The first commit's date is *created_at*; its
-        sha is *sha* when given (to serve a repo at a commit the code pins), else derived.
-        """
-        if gated not in (False, True, "auto", "manual"):
-            raise ValueError(f"gated must be False, True, 'auto' or 'manual', not {gated!r}")
-        content = self._content(folder, files)
-        created = _as_datetime(created_at)
-        with self._lock:
-            if repo_id in self._repos:
-                raise ValueError(f"repo {repo_id} exists: use add_commit, or remove_model first")
-            self._order += 1
-            repo = _Repo(
-                repo_id=repo_id,
-                pipeline_tag=pipeline_tag,
-                tags=tuple(tags),
-                downloads=downloads,
-                trending_score=trending_score,
-                likes=likes,
-                gated=gated,
-                library_name=library_name,
-                created_at=created,
-                config=config,
-                safetensors_parameters=safetensors_parameters,
-                transformers_info=transformers_info,
-                gguf=gguf,
-                order=self._order,
-            )
-            commit = self._make_commit(repo, None, content, created, title, sha)
-            self._repos[repo_id] = repo
-            repo.commits.append(commit)
-            return commit.sha
-
-    def add_commit(
-        self,
-        repo_id: str,
-        folder: Path | str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        *,
-        delete: Iterable[str] = (),
-        title: str = "update",
-        date: str | datetime | None = None,
-    ) -> str:
-        """Commit *folder*/*files* on top of ``main`` of *repo_id* (added or overwritten; paths
-        in *delete* are removed); return the new sha. ``main`` moves to it; older shas stay
-        resolvable. The date defaults to one second after the parent's."""
-        content = self._content(folder, files)
-        with self._lock:
-            repo = self._repos.get(repo_id)
-            if repo is None:
-                raise KeyError(f"no repo {repo_id}")
-            parent = repo.head
-            merged = {path: blob.data for path, blob in parent.files.items()}
-            merged.update(content)
-            for path in delete:
-                if merged.pop(path, None) is None:
-                    raise KeyError(f"{path} is not in {repo_id}")
-            when = parent.date + timedelta(seconds=1) if date is None else _as_datetime(date)
-            commit = self._make_commit(repo, parent, merged, when, title)
-            repo.commits.append(commit)
-            return commit.sha
-
-    def remove_model(self, repo_id: str) -> None:
-        """Delete *repo_id* (KeyError if absent)."""
-        with self._lock:
-            del self._repos[repo_id]
-            for key in [k for k in self._interrupts if k[0] == repo_id]:
-                del self._interrupts[key]
-
-    def interrupt(self, repo_id: str, filename: str, after_bytes: int, times: int = 1) -> None:
-        """Make the next *times* GETs of *filename* in *repo_id* (any revision, ranged or not)
-        send their headers and *after_bytes* bytes of the body, then close the connection."""
-        if after_bytes < 0 or times < 1:
-            raise ValueError("after_bytes must be >= 0 and times >= 1")
-        with self._lock:
-            self._interrupts.setdefault((repo_id, filename), []).append([after_bytes, times])
-
-    # -- internals -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _content(folder: Path | str | None, files: Mapping[str, bytes] | None) -> dict[str, bytes]:
-        content = _read_folder(Path(folder)) if folder is not None else {}
-        for path, data in (files or {}).items():
-            content[path.strip("/")] = bytes(data)
-        return content
-
-    @staticmethod
-    def _make_commit(
-        repo: _Repo,
-        parent: _Commit | None,
-        content: Mapping[str, bytes],
-        when: datetime,
-        title: str,
-        sha: str | None = None,
-    ) -> _Commit:
-        if sha is not None and not _FULL_SHA.fullmatch(sha):
-            raise ValueError(f"sha must be 40 lowercase hex digits, not {sha!r}")
-        blobs = {path: _Blob.of(path, data) for path, data in sorted(content.items())}
-        digest = hashlib.sha1(f"{repo.repo_id}\n{parent.sha if parent else ''}\n{title}\n".encode())
-        digest.update(_iso(when).encode())
-        for path, blob in blobs.items():
-            digest.update(f"\n{path} {blob.oid}".encode())
-        commit = _Commit(sha or digest.hexdigest(), parent, blobs, when, title)
-        commit.meta = _derive(repo, blobs)
-        return commit
-
-    def _record(self, method: str, path: str, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append((method, path))
-            self.request_headers.append(headers)
-
-    def _take_interrupt(self, repo_id: str, filename: str) -> int | None:
-        pending = self._interrupts.get((repo_id, filename))
-        if not pending:
-            return None
-        after_bytes = pending[0][0]
-        pending[0][1] -= 1
-        if pending[0][1] == 0:
-            pending.pop(0)
-        return after_bytes
-
-
-@pytest.fixture
-def minihub(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[MiniHub]:
-    """A started :class:`MiniHub`, with the environment pointing the Hub client at it.
-
-    Sets ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE`` (a temporary folder) and
-    ``HF_HUB_DISABLE_TELEMETRY=1``; unsets ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE`` and
-    ``HF_TOKEN``. In-process, ``huggingface_hub.constants`` (read at import) gets
-    ``HF_HUB_OFFLINE=False``, ``HF_HUB_CACHE`` and ``HF_HUB_DISABLE_TELEMETRY=True``, but not
-    the endpoint: pass ``endpoint=hub.url`` (see the module docstring).
-    """
-    home = tmp_path_factory.mktemp("minihub-hf-home")
-    with MiniHub() as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        monkeypatch.setenv("HF_HOME", str(home))
-        monkeypatch.setenv("HF_HUB_CACHE", str(home / "hub"))
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
-            monkeypatch.delenv(name, raising=False)
-        try:
-            from huggingface_hub import constants
-        except ImportError:
-            pass
-        else:
-            monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-            monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-            monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-        yield hub
-    if hub.errors:
-        pytest.fail("minihub failed to handle requests:\n" + "\n".join(hub.errors))
