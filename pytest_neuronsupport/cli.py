@@ -220,14 +220,14 @@ def _baseline_update(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.dataset.layout import run_dir
+    from pytest_neuronsupport.dataset.layout import run_py_path
     from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
 
     results = _results_dir(args)
     expected = baseline.read(Path(args.baseline))
     pair = resolve_pair(results, args.pair or expected.pair)
     rows = list(latest_rows(results, pair).values())
-    scripts = {r["model_id"]: run_dir(results, pair, r["model_id"]) / "run.py" for r in rows}
+    scripts = {r["model_id"]: run_py_path(results, pair, r["model_id"]) for r in rows}
     comparison = baseline.compare(
         expected, rows, run_py=scripts, allow_improvements=args.allow_improvements
     )

@@ -23,7 +23,7 @@ from pytest_neuronsupport import baseline, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import pair_path, run_dir
+from pytest_neuronsupport.dataset.layout import pair_path, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
 from pytest_neuronsupport.dataset.schema import row_to_json
 from pytest_neuronsupport.dataset.shared import SharedResults
@@ -275,7 +275,7 @@ class SweepSession:
         results, pair = self.settings.results, self.pipeline.pair
         rows = list(self.rows)
         rows += [r for m in self.unchanged if (r := find_row(results, pair, m)) is not None]
-        run_py = {r["model_id"]: run_dir(results, pair, r["model_id"]) / "run.py" for r in rows}
+        run_py = {r["model_id"]: run_py_path(results, pair, r["model_id"]) for r in rows}
         return baseline.compare(
             self.baseline,
             rows,

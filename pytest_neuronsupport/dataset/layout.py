@@ -16,6 +16,7 @@ __all__ = [
     "pair_relpath",
     "run_dir",
     "run_dirname",
+    "run_py_path",
 ]
 
 SCHEME: Final = "s3://"
@@ -149,3 +150,8 @@ def run_dir(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
 def is_shared(results: str) -> bool:
     """Whether ``--neuron-results`` names object storage rather than a folder."""
     return results.startswith(SCHEME)
+
+
+def run_py_path(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
+    """Where a model's ``run.py`` is written: in its :func:`run_dir`."""
+    return run_dir(results_dir, pair_relpath, model_id) / "run.py"

@@ -152,7 +152,7 @@ class Pipeline:
             return NotRun(unchanged, unchanged=True)
         if not self.budget.take():
             return NotRun(f"--neuron-limit {s.limit} reached")
-        run_py = layout.run_dir(s.results, self.pair, spec.id) / "run.py"
+        run_py = layout.run_py_path(s.results, self.pair, spec.id)
         run_py.parent.mkdir(parents=True, exist_ok=True)
         fields = self.attempt(planned, spec.packages, run_py, text)
         missing = None

@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from pytest_neuronsupport.dataset.layout import check_relpath, data_files, run_dir
+from pytest_neuronsupport.dataset.layout import check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import first_line
@@ -125,7 +125,7 @@ def lookup(results: Path, model: str) -> list[str]:
                 f"  {pair:<40} {row['result']:<13} cores={row.get('neuron_cores') or '-'} "
                 f"wall={wall} mem={_memory(row)}" + (f"  {why}" if why else "")
             )
-            script = run_dir(results, pair + _PARQUET, model_id) / "run.py"
+            script = run_py_path(results, pair + _PARQUET, model_id)
             lines.append(f"  {'':<40} run.py: {script if script.is_file() else '(not here)'}")
     return lines
 
