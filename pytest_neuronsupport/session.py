@@ -185,7 +185,8 @@ class SweepSession:
         )
         tr.write_line(f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}")
         if s.shard is not None:
-            tr.write_line(f"shard {s.shard} (the split: {s.results / 'shards'})")
+            where = f"{self.shared.uri}/shards" if self.shared else s.results / "shards"
+            tr.write_line(f"shard {s.shard} (the split: {where})")
         line = report.counts_line(self.rows)
         if self.unchanged:
             line += f"; {len(self.unchanged)} unchanged (not run again)"
