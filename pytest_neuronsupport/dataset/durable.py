@@ -127,14 +127,14 @@ def atomic_write(target: Path, table: pa.Table) -> None:
     fsync_dir(target.parent)
 
 
-def atomic_write_text(target: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``target`` so that a reader sees the old file or the new one,
-    never a part: a hidden temp file beside it, fsynced, renamed over it. Creates the folder."""
+def atomic_write_bytes(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so that a reader sees the old file or the new one, never a
+    part: a hidden temp file beside it, fsynced, renamed over it. Creates the folder."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
     try:
-        with open(temp, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
+        with open(temp, "wb") as file:
+            file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, target)
@@ -143,3 +143,8 @@ def atomic_write_text(target: Path, text: str) -> None:
             temp.unlink()
         raise
     fsync_dir(target.parent)
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
+    atomic_write_bytes(target, text.encode("utf-8"))

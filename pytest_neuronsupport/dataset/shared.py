@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from pytest_neuronsupport.dataset.durable import atomic_write_bytes
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import SCHEME, check_relpath, is_shared
 from pytest_neuronsupport.dataset.merge import merge_journals
@@ -124,9 +125,7 @@ class SharedResults:
             found = self._get(key)
             if found is None or not relpath.endswith(".parquet"):
                 continue
-            target = data / check_relpath(relpath)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(found[0])
+            atomic_write_bytes(data / check_relpath(relpath), found[0])
             copied += 1
         rows = list(self._published())
         if rows:
