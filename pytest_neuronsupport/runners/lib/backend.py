@@ -27,5 +27,10 @@ def resolve_backend(name: str) -> Any:
 
 
 def imported_backend(params: dict[str, Any]) -> dict[str, Any]:
-    """The run's parameters with its backend, given as ``module:callable``, imported."""
-    return {**params, "backend": resolve_backend(params["backend"])}
+    """The run's parameters with its backend, given as ``module:callable``, imported (and its
+    spelling kept, for a repro.py)."""
+    return {
+        **params,
+        "backend": resolve_backend(params["backend"]),
+        "backend_name": params["backend"],
+    }

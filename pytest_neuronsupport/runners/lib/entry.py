@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
 from pytest_neuronsupport.runners.lib.protocol import write_verdict
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
@@ -44,10 +45,14 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
 
 
 def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:
-    """Set the device up and run the model; a classified failure becomes the verdict."""
+    """Set the device up and run the model, its graphs and graph breaks counted; a classified
+    failure becomes the verdict, with where it was raised."""
     torch.manual_seed(0)
     ops = ops_class()  # sets the device up
+    count = GraphCount(params["backend"])
+    params = {"backend_name": params["backend"], **params, "backend": count}
     try:
-        return run(params, ops)
-    except RunFailure as failure:
-        return {"result": failure.result, "error": failure.error}
+        verdict, failure = run(params, ops), None
+    except RunFailure as exc:
+        verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
+    return None if verdict is None else {**verdict, **count.fields(failure)}
