@@ -4,16 +4,22 @@ As PyTorch's dynamo CI holds each model against its expected-accuracy CSV: a mod
 and now fails, or fails in another phase, is a **regression**; one that now passes where it
 did not is an **improvement**, which also fails a check until the baseline is updated (unless
 improvements are allowed), so the baseline never silently goes stale. A model marked flaky is
-reported but never fails a check. The file is TOML, one line per model, so that a reviewer reads
-a change of expectations in a diff::
+reported but never fails a check. As dynamo's CI also holds each model's graph breaks, a model
+whose graph breaks grow with the same result is a regression too, and one whose breaks shrink an
+improvement. The file is TOML, one line per model, so that a reviewer reads a change of
+expectations in a diff::
 
     # Expected results of pytest-neuronsupport ...
     pair = "inductor-2.13.0/transformers-5.24.0"
 
     [expected]
     "zoo:bert-mlm" = "PASS"
+    "zoo:llava" = { result = "PASS", graph_breaks = 2 }
     "zoo:t5" = "FAIL(gen)"
     "org/sometimes" = { result = "FAIL(output)", flaky = true }
+
+A model without ``graph_breaks`` (a row without the count, or a baseline written before it was
+recorded) is held by its result only.
 
 Standard library only (no torch): the plugin, its workers and the command all read it.
 """
@@ -72,6 +78,8 @@ class Expected:
 
     result: str
     flaky: bool = False
+    #: The graph breaks dynamo took (None: not held).
+    graph_breaks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,20 @@ class Baseline:
 
     @classmethod
     def from_results(
-        cls, pair: str, results: Mapping[str, str], previous: Baseline | None = None
+        cls,
+        pair: str,
+        results: Mapping[str, str],
+        previous: Baseline | None = None,
+        graph_breaks: Mapping[str, int | None] | None = None,
     ) -> Baseline:
-        """The baseline of ``results`` (model → result), keeping ``previous``'s flaky marks."""
+        """The baseline of ``results`` (model → result) and their ``graph_breaks`` (model →
+        count, where known), keeping ``previous``'s flaky marks."""
         flaky = {m for m, e in previous.expected.items() if e.flaky} if previous else set()
-        return cls(pair, {m: Expected(r, m in flaky) for m, r in sorted(results.items())})
+        breaks = graph_breaks or {}
+        return cls(
+            pair,
+            {m: Expected(r, m in flaky, breaks.get(m)) for m, r in sorted(results.items())},
+        )
 
 
 def text(baseline: Baseline) -> str:
@@ -103,8 +120,10 @@ def text(baseline: Baseline) -> str:
     for model_id in sorted(baseline.expected):
         expected = baseline.expected[model_id]
         value = toml_string(expected.result)
-        if expected.flaky:
-            value = f"{{ result = {value}, flaky = true }}"
+        more = [f"graph_breaks = {expected.graph_breaks}"] * (expected.graph_breaks is not None)
+        more += ["flaky = true"] * expected.flaky
+        if more:
+            value = f"{{ result = {value}, {', '.join(more)} }}"
         lines.append(f"{toml_string(model_id)} = {value}")
     return "\n".join(lines) + "\n"
 
@@ -117,18 +136,21 @@ def write(path: Path, baseline: Baseline) -> None:
 def _expected(path: Path, model_id: str, value: object) -> Expected:
     where = f"{path}: [expected] {model_id!r}"
     if isinstance(value, dict):
-        unknown = set(value) - {"result", "flaky"}
+        unknown = set(value) - {"result", "flaky", "graph_breaks"}
         if unknown:
             raise BaselineError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         flaky = value.get("flaky", False)
         if not isinstance(flaky, bool):
             raise BaselineError(f"{where}: flaky must be true or false, not {flaky!r}")
+        breaks = value.get("graph_breaks")
+        if breaks is not None and (type(breaks) is not int or breaks < 0):
+            raise BaselineError(f"{where}: graph_breaks must be a count, not {breaks!r}")
         result: object = value.get("result")
     else:
-        result, flaky = value, False
+        result, flaky, breaks = value, False, None
     if result not in _RESULTS:
         raise BaselineError(f"{where}: result must be one of {', '.join(_RESULTS)}, not {result!r}")
-    return Expected(str(result), flaky)
+    return Expected(str(result), flaky, breaks)
 
 
 def read(path: Path) -> Baseline:
@@ -157,14 +179,22 @@ def _failed(result: str) -> bool:
     return result.startswith("FAIL")
 
 
-def decide(expected: Expected | None, actual: str | None) -> Kind:
-    """How ``actual`` (a result, or None: not run) stands against ``expected``."""
+def decide(expected: Expected | None, actual: str | None, graph_breaks: int | None = None) -> Kind:
+    """How ``actual`` (a result, or None: not run) and its ``graph_breaks`` stand against
+    ``expected``: with the same result, more breaks than expected is a regression and fewer
+    an improvement (where both counts are known)."""
     if expected is None:
         return Kind.NEW
     if actual is None:
         return Kind.NOT_RUN
     if actual == expected.result:
-        return Kind.SAME
+        known = None not in (expected.graph_breaks, graph_breaks)
+        if not known or graph_breaks == expected.graph_breaks:
+            return Kind.SAME
+        if expected.flaky:
+            return Kind.FLAKY
+        more = (graph_breaks or 0) > (expected.graph_breaks or 0)
+        return Kind.REGRESSION if more else Kind.IMPROVEMENT
     if expected.flaky:
         return Kind.FLAKY
     if actual == Result.PASS:
@@ -191,6 +221,8 @@ class Entry:
     error: str = ""
     #: Where the model's run.py is (None when it did not run).
     run_py: Path | None = None
+    #: Graph breaks expected and taken, where they changed: ``"graph breaks 0 -> 2"``.
+    breaks: str = ""
 
 
 @dataclass(frozen=True)
@@ -231,7 +263,7 @@ class Comparison:
                 expected, actual = entry.expected or "-", entry.actual or "not run"
                 failing = "  [fails the check]" if entry in self.failing else ""
                 line = f"{kind.value:<12} {entry.model_id}: expected {expected}, got {actual}"
-                lines.append(line + failing)
+                lines.append(line + (f" ({entry.breaks})" if entry.breaks else "") + failing)
                 if entry.error:
                     lines.append(f"{'':<12}   {entry.error}")
                 if entry.run_py is not None:
@@ -246,7 +278,8 @@ def compare(
     run_py: Mapping[str, Path] | None = None,
     allow_improvements: bool = False,
 ) -> Comparison:
-    """Hold rows (one per model: ``model_id``, ``result``, ``error``) against ``baseline``.
+    """Hold rows (one per model: ``model_id``, ``result``, ``error``, ``graph_breaks``)
+    against ``baseline``.
 
     Models of the baseline without a row are :attr:`Kind.NOT_RUN`; rows of models not in it
     are :attr:`Kind.NEW`. ``run_py`` maps model ids to their run.py.
@@ -257,21 +290,35 @@ def compare(
         expected, row = baseline.expected.get(model_id), by_model.get(model_id)
         actual = None if row is None else str(row["result"])
         error = "" if row is None else (row.get("error") or "").strip().split("\n")[0][:200]
+        breaks = None if row is None else row.get("graph_breaks")
         entries.append(
             Entry(
                 model_id,
                 expected.result if expected else None,
                 actual,
-                decide(expected, actual),
+                decide(expected, actual, breaks),
                 error if actual is not None and _failed(actual) else "",
                 (run_py or {}).get(model_id),
+                breaks_change(expected, breaks),
             )
         )
     return Comparison(baseline, tuple(entries), allow_improvements)
 
 
+def breaks_change(expected: Expected | None, graph_breaks: int | None) -> str:
+    """``"graph breaks 0 -> 2"`` when both counts are known and differ, else ``""``."""
+    if expected is None or None in (expected.graph_breaks, graph_breaks):
+        return ""
+    if expected.graph_breaks == graph_breaks:
+        return ""
+    return f"graph breaks {expected.graph_breaks} -> {graph_breaks}"
+
+
 def pytest_outcome(
-    expected: Expected | None, actual: str, allow_improvements: bool
+    expected: Expected | None,
+    actual: str,
+    allow_improvements: bool,
+    graph_breaks: int | None = None,
 ) -> tuple[Kind, str, str] | None:
     """How the baseline changes a model's pytest outcome: ``(kind, outcome, reason)``, or None.
 
@@ -280,17 +327,18 @@ def pytest_outcome(
     ``"failed"`` (pytest's strict xfail); a regression is ``"failed"``, even for a model now
     EXCLUDED. None: the outcome is the one without a baseline (PASS as expected, a new model).
     """
-    kind = decide(expected, actual)
+    kind = decide(expected, actual, graph_breaks)
     if expected is None or kind is Kind.NEW:
         return None
-    was = f"the baseline expects {expected.result}"
+    breaks = breaks_change(expected, graph_breaks)
+    was = f"the baseline expects {expected.result}" + (f" ({breaks})" if breaks else "")
     failed = _failed(actual)
     if kind in (Kind.SAME, Kind.FLAKY) and failed:
         flaky = ", flaky" if kind is Kind.FLAKY else ""
         return kind, "xfailed", f"{actual}: {was}{flaky}"
     if kind is Kind.IMPROVEMENT:
-        if allow_improvements:
-            return kind, "xpassed", f"improvement: {actual}, {was}"
+        if allow_improvements:  # fewer graph breaks in a model that still fails: xfailed
+            return kind, "xfailed" if failed else "xpassed", f"improvement: {actual}, {was}"
         return kind, "failed", f"[XPASS(strict)] improvement: {actual}, {was}; update it"
     if kind is Kind.REGRESSION:
         return kind, "failed", f"regression: {actual}, {was}"

@@ -208,11 +208,15 @@ def _failures(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pair_results(results: Path, pair: str) -> dict[str, str]:
+def _pair_results(results: Path, pair: str) -> tuple[dict[str, str], dict[str, int | None]]:
+    """Each model's latest result in the pair, and its graph breaks (None: not recorded)."""
     from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
 
     rows = latest_rows(results, resolve_pair(results, pair))
-    return {model_id: str(row["result"]) for model_id, row in rows.items()}
+    return (
+        {model_id: str(row["result"]) for model_id, row in rows.items()},
+        {model_id: row.get("graph_breaks") for model_id, row in rows.items()},
+    )
 
 
 def _baseline_update(args: argparse.Namespace) -> int:
@@ -226,9 +230,9 @@ def _baseline_update(args: argparse.Namespace) -> int:
             raise CommandError(f"--pair is needed: the dataset has {len(known)} ({known})")
         pair = known[0]
     previous = baseline.read(out) if out.is_file() else None
-    pair_results = _pair_results(results, pair)
+    pair_results, breaks = _pair_results(results, pair)
     pair = pair.removeprefix("data/").removesuffix(".parquet")
-    new = baseline.Baseline.from_results(pair, pair_results, previous)
+    new = baseline.Baseline.from_results(pair, pair_results, previous, breaks)
     baseline.write(out, new)
     flaky = sum(e.flaky for e in new.expected.values())
     print(f"{out}: {len(new.expected)} model(s) of {pair}" + (f", {flaky} flaky" if flaky else ""))

@@ -237,10 +237,10 @@ class SweepSession:
         if self.baseline is None:
             return
         expected = self.baseline.expected.get(row["model_id"])
-        held = baseline.pytest_outcome(
-            expected, str(row["result"]), self.settings.baseline_allow_improvements
-        )
-        kind = held[0] if held else baseline.decide(expected, str(row["result"]))
+        result, breaks = str(row["result"]), row.get("graph_breaks")
+        allowed = self.settings.baseline_allow_improvements
+        held = baseline.pytest_outcome(expected, result, allowed, breaks)
+        kind = held[0] if held else baseline.decide(expected, result, breaks)
         properties.append(("baseline_expected", expected.result if expected else "-"))
         properties.append(("baseline", kind.value))
         if held is None:

@@ -142,9 +142,48 @@ def test_the_file_round_trips_keeps_flaky_marks_and_reads_in_a_diff(tmp_path: Pa
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_graph_breaks_are_held_like_dynamos_ci_holds_them(tmp_path: Path) -> None:
+    held = Baseline.from_results(
+        PAIR, {"llava": "PASS", "t5": "FAIL(gen)", "old": "PASS"}, None, {"llava": 2, "t5": 0}
+    )
+    path = tmp_path / "expected.toml"
+    baseline.write(path, held)
+    text = path.read_text(encoding="utf-8")
+    assert '"llava" = { result = "PASS", graph_breaks = 2 }\n' in text
+    assert '"old" = "PASS"\n' in text  # no count recorded: held by its result only
+    assert baseline.read(path) == held
+    llava = held.expected["llava"]
+    assert baseline.decide(llava, "PASS", 2) is Kind.SAME
+    assert baseline.decide(llava, "PASS", 3) is Kind.REGRESSION  # a new break
+    assert baseline.decide(llava, "PASS", 1) is Kind.IMPROVEMENT  # update the baseline
+    assert baseline.decide(llava, "PASS", None) is Kind.SAME  # the row has no count
+    assert baseline.decide(held.expected["old"], "PASS", 5) is Kind.SAME
+    assert baseline.decide(Expected("PASS", True, 0), "PASS", 1) is Kind.FLAKY
+    assert baseline.decide(held.expected["t5"], "FAIL(load)", 0) is Kind.REGRESSION
+    rows = [
+        {"model_id": "llava", "result": "PASS", "graph_breaks": 3},
+        {"model_id": "t5", "result": "FAIL(gen)", "graph_breaks": 0, "error": "E: x"},
+        {"model_id": "old", "result": "PASS", "graph_breaks": 1},
+    ]
+    comparison = baseline.compare(held, rows)
+    assert [e.model_id for e in comparison.failing] == ["llava"]
+    assert comparison.lines()[1] == (
+        "regression   llava: expected PASS, got PASS (graph breaks 2 -> 3)  [fails the check]"
+    )
+    outcome = baseline.pytest_outcome(llava, "PASS", False, 3)
+    assert outcome == (
+        Kind.REGRESSION,
+        "failed",
+        "regression: PASS, the baseline expects PASS (graph breaks 2 -> 3)",
+    )
+    fewer = baseline.pytest_outcome(Expected("FAIL(gen)", graph_breaks=2), "FAIL(gen)", True, 1)
+    assert fewer is not None and fewer[:2] == (Kind.IMPROVEMENT, "xfailed")  # still failing
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ('pair = "p"\n[expected]\n"m" = { result = "PASS", graph_breaks = -1 }\n', "a count"),
         ('pair = "p"\n[expected]\n"m" = "PASSED"\n', "'m': result must be one of PASS"),
         ('pair = "p"\n[expected]\n"m" = { result = "PASS", flaky = "yes" }\n', "flaky must be"),
         ('pair = "p"\n[expected]\n"m" = { result = "PASS", why = 1 }\n', "unknown key(s) why"),
