@@ -90,6 +90,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("limit", "run at most N models, going down the lists in order", "N", kind="int"),
     Option("rerun", "run models again even when their run.py is the one recorded", kind="flag"),
     Option(
+        "minify",
+        "on a compile, run or output failure, shrink the failing graph with PyTorch's minifier "
+        "into a standalone repro.py beside run.py",
+        kind="flag",
+    ),
+    Option(
+        "minify-timeout",
+        "seconds the minifier may take for one model (default 600)",
+        "SECONDS",
+        kind="float",
+        default=600,
+    ),
+    Option(
         "max-memory",
         "resident memory one model's run may use before it is stopped",
         "GB",
@@ -216,6 +229,9 @@ class Settings:
     isolation: str = "fork"
     limit: int | None = None
     rerun: bool = False
+    #: On a failure, shrink the failing graph into repro.py (within ``minify_timeout_s``).
+    minify: bool = False
+    minify_timeout_s: float = 600
     max_memory_gb: float | None = None
     max_cores: int = 16
     #: Memory of one core for sizing; None: the device's own figure.
@@ -338,6 +354,10 @@ def settings_from(config: pytest.Config) -> Settings:
         isolation=values.text("isolation") or "fork",
         limit=None if limit is None else int(limit),
         rerun=bool(config.getoption("neuron_rerun")),
+        minify=bool(config.getoption("neuron_minify")),
+        minify_timeout_s=float(
+            values.number("minify-timeout") or BY_NAME["minify-timeout"].default
+        ),
         max_memory_gb=values.number("max-memory"),
         max_cores=int(max_cores or BY_NAME["max-cores"].default),
         core_memory_gb=values.number("core-memory"),

@@ -17,7 +17,8 @@ copies exactly the definitions the run uses. Top to bottom, a script holds:
    order it is first used (the docstrings of the runner's module and of ``run`` say what the run
    does; the others stay in the package);
 7. ``if __name__ == "__main__": raise SystemExit(main(PARAMS, run, CpuOps))``: with
-   ``judged(run)`` where an English judge decides when the CPU comparison does not run, and
+   ``judged(run)`` where an English judge decides when the CPU comparison does not run,
+   ``minified(run)`` in the ``minify.py`` that shrinks a failing graph into ``repro.py``, and
    ``imported_backend(PARAMS)`` where the backend is an import path.
 
 No file names or module names of the plugin appear in a script, so moving code between modules
@@ -49,6 +50,7 @@ from pytest_neuronsupport.pipeline.runcode import (
 ENTRY_MODULE = f"{INTERNAL}.runners.lib.entry"
 DEVICE_OPS_MODULE = f"{INTERNAL}.runners.lib.device_ops"
 JUDGE_MODULE = f"{INTERNAL}.runners.lib.judge"
+MINIFY_MODULE = f"{INTERNAL}.runners.lib.minify"
 BACKEND_MODULE = f"{INTERNAL}.runners.lib.backend"
 
 
@@ -93,6 +95,8 @@ class ScriptPlan:
     #: Packages the run needs beyond the stack (the list entry's, and one a retry added): named
     #: on the header's ``pip install`` line, so the script's hash changes with them.
     packages: tuple[str, ...] = ()
+    #: Whether the run is repeated under PyTorch's minifier (``minify.py``, not ``run.py``).
+    minified: bool = False
 
 
 # --- writing the script --------------------------------------------------------------------------
@@ -178,6 +182,9 @@ def render(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
     if plan.judged:
         script.add(JUDGE_MODULE, "judged")
         run = f"judged({run})"
+    if plan.minified:
+        script.add(MINIFY_MODULE, "minified")
+        run = f"minified({run})"
     params_name = "PARAMS"
     if plan.imported_backend:
         script.add(BACKEND_MODULE, "imported_backend")

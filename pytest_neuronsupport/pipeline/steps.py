@@ -1,5 +1,6 @@
 """One model's test, step by step: plan, size, render, skip if unchanged, install the packages
-it needs, lease, isolate, classify, and the row it comes to.
+it needs, lease, isolate, classify (and, with ``--neuron-minify``, minify a failure), and the row
+it comes to.
 
 :meth:`Pipeline.test` takes a list entry and returns :class:`Tried` (a row to record) or
 :class:`NotRun` (the model is skipped without a row: its ``run.py`` is the one recorded, or the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -26,7 +27,7 @@ from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.options import Settings
-from pytest_neuronsupport.pipeline import classify, packages
+from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
@@ -154,14 +155,17 @@ class Pipeline:
             return NotRun(f"--neuron-limit {s.limit} reached")
         run_py = layout.run_py_path(s.results, self.pair, spec.id)
         run_py.parent.mkdir(parents=True, exist_ok=True)
-        fields = self.attempt(planned, spec.packages, run_py, text)
+        needs = spec.packages
+        fields = self.attempt(planned, needs, run_py, text)
         missing = None
         if fields["result"] == Result.FAIL_LOAD:
             missing = packages.missing_library(fields.get("error"), spec.packages)
         if missing is not None:  # once: the retry's own missing library is its verdict
-            more = (*spec.packages, missing)
-            text = render(*self.script(planned, more), self.stack)
-            fields = classify.retried(self.attempt(planned, more, run_py, text), missing, fields)
+            needs = (*spec.packages, missing)
+            text = render(*self.script(planned, needs), self.stack)
+            fields = classify.retried(self.attempt(planned, needs, run_py, text), missing, fields)
+        if s.minify and minify.wanted(fields, planned.cores):
+            fields = self.minified(planned, needs, run_py, fields)
         fields.update(
             revision=planned.revision,
             runner=planned.runner.column,
@@ -202,6 +206,19 @@ class Pipeline:
             except packages.PackageError as exc:
                 return classify.not_installed(exc)
         return classify.ran(self.execute(planned, run_py, overlay))
+
+    def minified(
+        self, planned: Plan, needs: tuple[str, ...], run_py: Path, fields: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The failed run again as ``minify.py``, under PyTorch's minifier: the row fields with
+        its repro (:mod:`.minify`)."""
+        params, code = self.script(planned, needs)
+        script = run_py.with_name(minify.SCRIPT)
+        script.write_text(render(params, replace(code, minified=True), self.stack), "utf-8")
+        s = self.settings
+        overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None  # made
+        outcome = self.execute(planned, script, overlay, s.minify_timeout_s)
+        return minify.with_repro(fields, outcome, run_py.parent)
 
     def script(
         self, planned: Plan, needs: tuple[str, ...] | None = None
@@ -247,9 +264,15 @@ class Pipeline:
         when = recorded["tested_at"].isoformat(timespec="seconds") if recorded["tested_at"] else "?"
         return f"unchanged since {when} ({recorded['result']}); --neuron-rerun runs it again"
 
-    def execute(self, planned: Plan, run_py: Path, overlay: Path | None = None) -> Outcome:
+    def execute(
+        self,
+        planned: Plan,
+        run_py: Path,
+        overlay: Path | None = None,
+        timeout_s: float | None = None,
+    ) -> Outcome:
         """Lease the cores, run the script isolated and pinned, and wait for it (importing the
-        packages of ``overlay`` before the environment's)."""
+        packages of ``overlay`` before the environment's; ``timeout_s``: the sweep's own)."""
         s = self.settings
         env = dict(os.environ)
         for name, value in (
@@ -265,15 +288,17 @@ class Pipeline:
         if reference is not None:
             reference.parent.mkdir(parents=True, exist_ok=True)
             env[REFERENCE_ENV] = str(reference)
+        stem = run_py.stem
+        names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
         with self.allocator.lease(planned.cores) as lease:
             env.update(s.device.pin_env(lease.cores))
             request = RunRequest(
                 script=run_py,
                 cwd=s.workdir,
                 env=env,
-                verdict_path=run_py.parent / "verdict.json",
-                log_path=run_py.parent / "output.log",
-                timeout_s=s.timeout_s,
+                verdict_path=run_py.parent / names[0],
+                log_path=run_py.parent / names[1],
+                timeout_s=timeout_s or s.timeout_s,
                 max_memory_gb=s.max_memory_gb,
                 cpus=s.device.cpus(lease.cores),
                 python_path=() if overlay is None else (overlay,),
