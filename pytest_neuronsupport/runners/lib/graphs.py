@@ -27,7 +27,7 @@ class GraphCount:
     ``backend`` (a registered name or a callable)."""
 
     def __init__(self, backend: Any) -> None:
-        self.compiler = lookup_backend(backend)
+        self.backend, self.compiler = backend, lookup_backend(backend)
         self.__name__ = backend if isinstance(backend, str) else self.compiler.__name__
         self.graphs, self.breaks = 0, list[str]()
 

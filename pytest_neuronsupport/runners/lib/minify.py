@@ -128,7 +128,8 @@ def minified(run: Callable[..., Any]) -> Callable[..., Any]:
     FAIL(other)) is raised as it was, a run that passes is returned untouched."""
 
     def run_and_minify(params: dict[str, Any], ops: Any) -> Any:
-        name = params.get("backend_name") or backend_spelling(params["backend"])
+        given = getattr(params["backend"], "backend", params["backend"])  # under a GraphCount
+        name = params.get("backend_name") or backend_spelling(given)
         recorder = GraphRecorder(params["backend"], name)
         try:
             verdict = run({**params, "backend": recorder}, ops)
