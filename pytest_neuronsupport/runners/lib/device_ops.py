@@ -110,6 +110,30 @@ class NeuronRankOps(NeuronOps):
         return "neuron"
 
 
+class CpuTrainOps(CpuOps):
+    """The CPU for a training script: its memory cap is an address-space limit."""
+
+    def limit_memory(self, gb: float | None) -> None:
+        """Let the process map at most ``gb`` more (RLIMIT_AS; None: no limit): past it
+        torch's allocator raises instead of the kernel killing the process."""
+        with open("/proc/self/statm", encoding="ascii") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        limit = resource.RLIM_INFINITY if gb is None else mapped + int(gb * 1e9)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+class CudaTrainOps(CudaOps):
+    """A GPU for a training script: its own memory is the cap."""
+
+    def limit_memory(self, gb: float | None) -> None: ...
+
+
+class NeuronTrainOps(NeuronOps):
+    """A NeuronCore for a training script: its own memory is the cap."""
+
+    def limit_memory(self, gb: float | None) -> None: ...
+
+
 def init_process_group(backend: str) -> None:
     import torch.distributed as dist
 
