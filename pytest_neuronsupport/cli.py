@@ -5,6 +5,7 @@ neuronsupport zoo build [NAME...]            build them into the cache (all by d
 neuronsupport select --out FILE              a model list from the Hub, as the dataset card's
 neuronsupport lookup MODEL                   a model's rows over every pair
 neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
+neuronsupport failures [--pair PAIR]         a pair's failures grouped by cause, with a repro
 neuronsupport baseline update --out FILE     expected results from a dataset
 neuronsupport check --baseline FILE          a dataset held against expected results
 neuronsupport page --out DIR                 a static page to browse the results
@@ -75,6 +76,13 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("pair_b", metavar="PAIR_B", help="e.g. inductor-2.13.0/transformers-5.24.0")
     diff.add_argument("--format", choices=("text", "csv", "json"), default="text")
     _results(diff)
+
+    failures = sub.add_parser(
+        "failures", help="a pair's failed models grouped by cause, most models first"
+    )
+    _pair(failures, "the pair to group (default: the newest compiler's)")
+    failures.add_argument("--format", choices=("text", "json"), default="text")
+    _results(failures)
 
     base = sub.add_parser("baseline", help="expected results per model, for a CI check")
     base_sub = base.add_subparsers(dest="baseline_command", required=True)
@@ -197,6 +205,14 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _failures(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.failures import format_groups, pair_failures
+
+    pair, groups = pair_failures(_results_dir(args), args.pair)
+    sys.stdout.write(format_groups(groups, pair, args.format))
+    return 0
+
+
 def _pair_results(results: Path, pair: str) -> dict[str, str]:
     from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
 
@@ -314,6 +330,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("select", None): _select,
     ("lookup", None): _lookup,
     ("diff", None): _diff,
+    ("failures", None): _failures,
     ("baseline", "update"): _baseline_update,
     ("check", None): _check,
     ("page", None): _page,

@@ -8,6 +8,7 @@ compiler team's own backend.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
@@ -165,3 +166,32 @@ def _scaled_backward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 backward_breaking_backend_for_tests = _aot_backend(_raising_backward)
 #: Runs forward faithfully; every gradient comes out 1% too large, as a miscompiled backward.
 gradient_perturbing_backend_for_tests = _aot_backend(_scaled_backward)
+
+
+def _has_linear(gm: torch.fx.GraphModule) -> bool:
+    linear = (torch._C._nn.linear, torch.nn.functional.linear, torch.ops.aten.linear.default)
+    return any(node.op == "call_function" and node.target in linear for node in gm.graph.nodes)
+
+
+def fails_on_linear_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Rejects every graph that holds a linear op at compile time (every zoo model has one), as
+    a compiler without a lowering for one op; runs any other graph faithfully."""
+    if _has_linear(gm):
+        raise NotImplementedError("test backend: no lowering for linear")
+    return gm.forward
+
+
+def corrupts_silu_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Computes silu as sigmoid (a copy of the graph, rewritten), as a compiler that miscompiles
+    one op: llama-like models run, with wrong numbers. Any other graph runs faithfully."""
+    silu = (torch.nn.functional.silu, torch.ops.aten.silu.default)
+    copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    for node in copied.graph.nodes:
+        if node.op == "call_function" and node.target in silu:
+            node.target, node.args, node.kwargs = torch.sigmoid, node.args[:1], {}
+    copied.recompile()
+    return copied.forward

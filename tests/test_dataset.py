@@ -97,6 +97,14 @@ EXPECTED_COLUMNS = (
     "divergence_margin",
     "near_tie_tolerance",
     "check",
+    "error_site",
+    "graph_count",
+    "graph_breaks",
+    "graph_break_reasons",
+    "repro_py",
+    "repro_ops_before",
+    "repro_ops_after",
+    "repro_ops",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.failures import pair_failures
 from pytest_neuronsupport.views.page import write_page
-from tests.results_for_tests import result_row, write_results
+from tests.results_for_tests import pair_of, result_row, write_results
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page
@@ -35,6 +36,8 @@ MID_RUN_PY = "import torch\nprint('mid-t5 <run>')  # the full script & more\n"
 A = "inductor-2.13.0 / transformers-5.24.0"
 B = "inductor-2.9.1 / transformers-5.23.0"
 C = "aot_eager-2.13.0 / transformers-5.24.0"
+ZETA_REPRO = "import torch\n# repro.py of org/zeta-lm: <linear> & nothing else\n"
+ZETA_BREAKS = ["Data-dependent branching (modeling.py:12 in forward)", "print() (x.py:3 in f)"]
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -42,7 +45,21 @@ def _rows() -> list[dict[str, Any]]:
     c: dict[str, Any] = {"compiler": "aot_eager"}
     return [
         result_row("org/zeta-lm", "PASS", selection_rank=1, neuron_cores=2, wall_s=75.0),
-        result_row("org/zeta-lm", "FAIL(gen)", selection_rank=1, **b),
+        result_row(
+            "org/zeta-lm",
+            "FAIL(gen)",
+            selection_rank=1,
+            error="BackendCompilerFailed: backend='neuron' raised:\nNotImplementedError: linear",
+            error_site="torch_neuronx.lowering:linear",
+            graph_count=3,
+            graph_breaks=2,
+            graph_break_reasons=ZETA_BREAKS,
+            repro_py=ZETA_REPRO,
+            repro_ops_before=40,
+            repro_ops_after=1,
+            repro_ops=["torch._C._nn.linear"],
+            **b,
+        ),
         result_row("org/alpha-bert", "PASS", task="fill-mask", selection_rank=2),
         result_row(
             "org/mid-t5",
@@ -103,8 +120,12 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    results = write_results(tmp_path_factory.mktemp("results"), ROWS)
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_results(tmp_path_factory.mktemp("results"), ROWS)
+
+
+@pytest.fixture(scope="module")
+def site(results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_page(results, tmp_path_factory.mktemp("site") / "out")
 
 
@@ -229,6 +250,61 @@ def test_detail_of_a_failed_model(watched: Watched) -> None:
     assert not detail.is_visible()
     page.click("button.model:text-is('org/llama-tiny-chat')")
     assert '"tokens": 32' in str(detail.locator('pre[data-field="check"]').text_content())
+
+
+def test_failures_grouped_as_the_command_groups_them(watched: Watched, results: Path) -> None:
+    page = watched.page
+    page.click('button[data-view="failures"]')
+    assert page.locator("#failures").is_visible() and not page.locator("#rows-table").is_visible()
+    pairs = [pair_of(row) for row in ROWS if row["result"].startswith("FAIL")]
+    expected = {}  # page label -> (key, cause text, models) of each group, as the CLI has them
+    for pair in sorted(set(pairs)):
+        groups = pair_failures(results, pair)[1]
+        expected[pair.removesuffix(".parquet").replace("/", " / ")] = [
+            [g.cause.key, g.cause.text, [m.model_id for m in g.models]] for g in groups
+        ]
+    shown = page.locator(".failure-pair").evaluate_all(
+        """els => Object.fromEntries(els.map(e => [e.dataset.pair, [...e.querySelectorAll(
+            "tr.failure-group")].map(tr => [tr.dataset.key, tr.querySelector(".cause").textContent,
+            [...tr.querySelectorAll(".group-model button")].map(b => b.textContent)])]))"""
+    )
+    assert shown == expected
+    assert list(shown) == [C, B, A]  # in version order, as the bars
+    assert "ValueError: <script>alert(<n>)</script>" in expected[C][1][1]  # shown as text
+    zeta = page.locator("tr.failure-group", has_text="org/zeta-lm")
+    assert zeta.locator(".cause").text_content() == (
+        "NotImplementedError at op torch._C._nn.linear (through BackendCompilerFailed "
+        "backend='neuron')"
+    )
+    assert zeta.locator(".repro").text_content().split() == [  # type: ignore[union-attr]
+        "repro.py",
+        "of",
+        "org/zeta-lm",
+        "(1",
+        "op)",
+    ]
+    no_repro = page.locator("tr.failure-group", has_text="org/whisper").locator(".repro")
+    assert no_repro.inner_text() == "no repro: rerun with --neuron-minify"
+    zeta.locator(".repro button").click()
+    detail = page.locator("dialog#detail")
+    assert detail.locator("#detail-title").text_content() == "org/zeta-lm"
+    assert detail.locator('dd[data-field="result"]').text_content() == "FAIL(gen)"
+    assert detail.locator('dd[data-field="graphs"]').text_content() == "3 / 2"
+    assert detail.locator('dd[data-field="repro_ops"]').text_content() == "1 op (minified from 40)"
+    reasons = detail.locator('pre[data-field="graph_break_reasons"]').text_content()
+    assert reasons == "\n".join(ZETA_BREAKS)
+    assert detail.locator('pre[data-field="repro_py"]').text_content() == ZETA_REPRO
+    detail.locator("#copy-repro-py").click()
+    sync_api.expect(detail.locator("#copy-repro-status")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == ZETA_REPRO
+    detail.locator("#detail-close").click()
+    page.click("#failures button.model-link:text-is('org/mid-t5')")
+    assert not detail.locator('[data-block="repro_py"]').is_visible()
+    assert not detail.locator('[data-block="graph_break_reasons"]').is_visible()
+    assert detail.locator('dd[data-field="graphs"]').text_content() == "—"
+    detail.locator("#detail-close").click()
+    page.click('button[data-view="all"]')
+    assert not page.locator("#failures").is_visible() and len(watched.models()) == len(ROWS)
 
 
 def test_markup_in_data_stays_text(watched: Watched) -> None:

@@ -95,6 +95,15 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("divergence_margin", pa.float64()),
         pa.field("near_tie_tolerance", pa.float64()),
         pa.field("check", pa.string()),
+        # why it fails: dynamo's accounting and the minifier's repro
+        pa.field("error_site", pa.string()),
+        pa.field("graph_count", pa.int32()),
+        pa.field("graph_breaks", pa.int32()),
+        pa.field("graph_break_reasons", pa.list_(pa.field("element", pa.string()))),
+        pa.field("repro_py", pa.string()),
+        pa.field("repro_ops_before", pa.int32()),
+        pa.field("repro_ops_after", pa.int32()),
+        pa.field("repro_ops", pa.list_(pa.field("element", pa.string()))),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -203,6 +212,31 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "or predictions, distances, cosines, the judge's prompt and logits, or why the check "
         "was skipped."
     ),
+    "error_site": (
+        "Where a failure was raised: the first frame of its traceback inside the compiler "
+        "(`module:function`: the backend's own code, inductor, TorchNeuron...), else its "
+        "innermost frame; null on PASS."
+    ),
+    "graph_count": (
+        "How many graphs dynamo compiled in the device run (recompilations included), "
+        "counted by dynamo itself; null if compilation never started."
+    ),
+    "graph_breaks": (
+        "How many graph breaks dynamo took in the device run; under `fullgraph=True` (the "
+        "Neuron default) a break is the failure itself and `notes` names its reason."
+    ),
+    "graph_break_reasons": (
+        "The distinct graph-break reasons, each with the user frame that caused it "
+        "(`reason (file:line in function)`), deduplicated."
+    ),
+    "repro_py": (
+        "With `--neuron-minify`, on a failure: a standalone script holding the failing graph "
+        "shrunk by PyTorch's minifier, its inputs and the backend call; `python repro.py` "
+        "raises the same error (or shows the same mismatch)."
+    ),
+    "repro_ops_before": "Ops of the failing graph before the minifier shrank it.",
+    "repro_ops_after": "Ops left in `repro_py`'s graph.",
+    "repro_ops": "The ops left in `repro_py`'s graph, by name (e.g. `torch._C._nn.linear`).",
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""
 
@@ -314,6 +348,10 @@ def _check_value(prefix: str, name: str, type_: pa.DataType, value: object) -> o
         return value
     if pa.types.is_timestamp(type_):
         return _check_timestamp(prefix, name, value)
+    if pa.types.is_list(type_):
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{prefix}{name} must be a list of str, got {value!r:.80}")
+        return [_plain(v) for v in value]
     raise AssertionError(f"unhandled column type {type_} of {name}")  # pragma: no cover
 
 

@@ -3,7 +3,9 @@
 :func:`write_page` reads a results dataset and writes ``<out>/index.html`` from the Jinja
 templates next to this module (autoescaped): counts per result, stacked bars per pair as inline
 SVG, and a table of every row that the page's own script filters (search, result, pair, task),
-orders (the selection, by task) and opens (a row's details and its ``run.py``). The rows reach
+orders (the selection, by task) and opens (a row's details, its ``run.py`` and ``repro.py``), and
+each pair's failures grouped by cause (:mod:`.failures`, as ``neuronsupport failures`` groups
+them, rendered by the template). The rows reach
 the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
 with ``textContent`` only, and a Content-Security-Policy lets nothing but that script run and
 nothing load from the network.
@@ -26,8 +28,10 @@ import jinja2
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import pair_relpath
-from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
+from pytest_neuronsupport.views.lookup import pairs
 
 __all__ = ["write_page"]
 
@@ -46,6 +50,13 @@ _FIELDS: Final = (
     "english",
     "check",
     "run_py",
+    "error_site",
+    "graph_count",
+    "graph_breaks",
+    "graph_break_reasons",
+    "repro_py",
+    "repro_ops_before",
+    "repro_ops_after",
     "revision",
     "runner",
     "device",
@@ -156,6 +167,53 @@ def _chart(rows: list[dict[str, Any]], legend: list[dict[str, str]]) -> dict[str
     }
 
 
+def _failures(results_dir: Path, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each pair's failure groups (:func:`.failures.pair_failures`), in version order, as the
+    template shows them: the cause, and each model (and the repro's) with the index of its row
+    on the page, the pair's latest row of that model (None if the page has none)."""
+    latest: dict[tuple[str, str], int] = {}
+    for index, row in enumerate(raw):
+        key = (_pair_label(row), row["model_id"])
+        best = latest.get(key)
+        if best is None or tested_at_key(row["tested_at"]) >= tested_at_key(raw[best]["tested_at"]):
+            latest[key] = index
+    shown = []
+    for pair in sorted(pairs(results_dir), key=_natural_key):
+        label = pair.replace("/", " / ")
+        _, groups = pair_failures(results_dir, pair)
+        if not groups:
+            continue
+        entries: list[dict[str, Any]] = []
+        for group in groups:
+            repro = group.repro
+            entries.append(
+                {
+                    "count": len(group.models),
+                    "cause": group.cause.text,
+                    "key": group.cause.key,
+                    "models": [
+                        {
+                            "model_id": m.model_id,
+                            "result": m.result,
+                            "slug": Result(m.result).name.lower(),
+                            "index": latest.get((label, m.model_id)),
+                        }
+                        for m in group.models
+                    ],
+                    "repro": None
+                    if repro is None
+                    else {
+                        "model_id": repro.model_id,
+                        "ops": repro.ops,
+                        "index": latest.get((label, repro.model_id)),
+                    },
+                }
+            )
+        failed = sum(len(group.models) for group in groups)
+        shown.append({"pair": label, "failed": failed, "groups": entries})
+    return shown
+
+
 def _script_hash(env: jinja2.Environment) -> str:
     """The CSP source (``'sha256-...'``) of the page's script, rendered as the page includes it."""
     script = env.get_template("page.js").render()
@@ -187,6 +245,7 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
     chart = _chart(rows, legend)
     times = [row["tested_at"] for row in raw if row["tested_at"] is not None]
     tasks = sorted({row["task"] for row in rows})
+    failures = _failures(Path(results_dir), raw)
     env = _environment()
     html = env.get_template("index.html").render(
         rows=rows,
@@ -196,6 +255,8 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         pairs=[bar["label"] for bar in chart["bars"]],
         tasks=tasks,
         chart=chart,
+        failures=failures,
+        no_repro=NO_REPRO,
         latest=max(times).isoformat(timespec="seconds") if times else None,
         script_hash=_script_hash(env),
         data={"rows": rows, "results": legend, "tasks": tasks},

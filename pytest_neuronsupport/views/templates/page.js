@@ -134,6 +134,11 @@
   }
 
   function render() {
+    const failures = state.view === "failures";
+    byId("failures").hidden = !failures;
+    for (const node of explorer.querySelectorAll(".filters, #rows-table")) {
+      node.hidden = failures;
+    }
     let shown = rows.filter(matches);
     if (state.view === "selection") {
       shown = shown.slice().sort((a, b) => a.selection_rank - b.selection_rank);
@@ -158,7 +163,7 @@
       table.append(body);
     }
     byId("shown").textContent = `${shown.length} of ${rows.length} rows`;
-    byId("no-match").hidden = shown.length > 0;
+    byId("no-match").hidden = failures || shown.length > 0;
     for (const button of document.querySelectorAll(".views button")) {
       button.setAttribute("aria-pressed", String(button.dataset.view === state.view));
     }
@@ -176,6 +181,9 @@
       memory: memoryText(row),
       device_backend: [row.device, row.backend].filter(Boolean).join(" / "),
       check: prettyJson(row.check),
+      graphs: row.graph_count === null ? null : `${row.graph_count} / ${dash(row.graph_breaks)}`,
+      graph_break_reasons: (row.graph_break_reasons || []).join("\n") || null,
+      repro_ops: reproOps(row),
     };
     for (const node of dialog.querySelectorAll("dd[data-field]")) {
       node.textContent = dash(values[node.dataset.field] ?? null);
@@ -186,6 +194,7 @@
       block.querySelector("pre").textContent = value ?? "";
     }
     byId("copy-status").textContent = "";
+    byId("copy-repro-status").textContent = "";
     if (!dialog.open) {
       dialog.showModal();
     }
@@ -202,14 +211,22 @@
     }
   }
 
-  async function copyRunPy() {
-    const status = byId("copy-status");
+  function reproOps(row) {
+    if (row.repro_ops_after === null) {
+      return null;
+    }
+    const before = row.repro_ops_before === null ? "" : ` (minified from ${row.repro_ops_before})`;
+    return `${row.repro_ops_after} op${row.repro_ops_after === 1 ? "" : "s"}${before}`;
+  }
+
+  async function copyField(field, statusId) {
+    const status = byId(statusId);
     try {
-      await navigator.clipboard.writeText(current.run_py ?? "");
+      await navigator.clipboard.writeText(current[field] ?? "");
       status.textContent = "Copied";
     } catch {
       const range = document.createRange();
-      range.selectNodeContents(dialog.querySelector('pre[data-field="run_py"]'));
+      range.selectNodeContents(dialog.querySelector(`pre[data-field="${field}"]`));
       const selection = window.getSelection();
       selection.removeAllRanges();
       selection.addRange(range);
@@ -249,6 +266,10 @@
       dialog.close(); // a click on the backdrop
     }
   });
-  byId("copy-run-py").addEventListener("click", copyRunPy);
+  byId("copy-run-py").addEventListener("click", () => copyField("run_py", "copy-status"));
+  byId("copy-repro-py").addEventListener("click", () => copyField("repro_py", "copy-repro-status"));
+  for (const button of byId("failures").querySelectorAll("button[data-index]")) {
+    button.addEventListener("click", () => showDetail(rows[Number(button.dataset.index)]));
+  }
   render();
 })();
