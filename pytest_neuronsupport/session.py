@@ -61,6 +61,8 @@ class SweepSession:
     problems: list[str] = field(default_factory=list)
     #: Models not run again (their run.py is the one recorded).
     unchanged: list[str] = field(default_factory=list)
+    #: Training tests not run again (their rows are in the training table).
+    unchanged_trained: list[str] = field(default_factory=list)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
     baseline: Baseline | None = None
     comparison: Comparison | None = None
@@ -111,11 +113,11 @@ class SweepSession:
         """Put the row on the call report: under xdist it travels to the controller with it."""
         rep = yield
         if isinstance(item, ModelItem) and call.when == "call":
+            if item.table != SUPPORT.name:
+                setattr(rep, TABLE_ATTRIBUTE, item.table)
             if item.row is not None:
                 self.attach_row(rep, item.row)
-                if item.table != SUPPORT.name:
-                    setattr(rep, TABLE_ATTRIBUTE, item.table)
-                else:
+                if item.table == SUPPORT.name:
                     self.hold_against_baseline(rep, item.row, item.user_properties)
             setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
         return rep
@@ -158,7 +160,10 @@ class SweepSession:
             self.record(row, table_named(getattr(report, TABLE_ATTRIBUTE, SUPPORT.name)))
             self.show_progress(model_id, row, report)
         elif getattr(report, UNCHANGED_ATTRIBUTE, False):
-            self.unchanged.append(model_id)
+            if hasattr(report, TABLE_ATTRIBUTE):  # a training test: not held against a baseline
+                self.unchanged_trained.append(model_id)
+            else:
+                self.unchanged.append(model_id)
             self.show_progress(model_id, None, report)
         elif hasattr(report, UNCHANGED_ATTRIBUTE):  # a model's test that ran nothing
             self.show_progress(model_id, None, report)
@@ -195,8 +200,9 @@ class SweepSession:
             where = f"{self.shared.uri}/shards" if self.shared else s.results / "shards"
             tr.write_line(f"shard {s.shard} (the split: {where})")
         line = report.counts_line(self.rows)
-        if self.unchanged:
-            line += f"; {len(self.unchanged)} unchanged (not run again)"
+        if self.unchanged or self.unchanged_trained:
+            count = len(self.unchanged) + len(self.unchanged_trained)
+            line += f"; {count} unchanged (not run again)"
         tr.write_line(line)
         for failure in report.failure_lines(self.rows):
             tr.write_line(failure)

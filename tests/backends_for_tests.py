@@ -195,3 +195,16 @@ def corrupts_silu_backend_for_tests(
             node.target, node.args, node.kwargs = torch.sigmoid, node.args[:1], {}
     copied.recompile()
     return copied.forward
+
+
+def failing_under_a_memory_cap_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Raises an error that does not say "memory" while the process runs under an
+    address-space limit (RLIMIT_AS), as a library that cannot map its scratch space under the
+    cap (oneDNN's "could not create a primitive"); runs the graph faithfully without one."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        raise RuntimeError("test-only backend: could not create a primitive")
+    return gm.forward

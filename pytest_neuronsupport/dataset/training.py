@@ -93,8 +93,11 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
     ),
     "samples_per_s_native": "Samples per second of the eager step at `batch_native`.",
     "samples_per_s_compiled": "Samples per second of the compiled step at `batch_compiled`.",
-    "peak_gb_native": "Peak memory of the eager step at `batch_native` (GB).",
-    "peak_gb_compiled": "Peak memory of the compiled step at `batch_compiled` (GB).",
+    "peak_gb_native": (
+        "Peak memory of the eager trial at `batch_native` (GB): the device's peak allocated; "
+        "on the CPU the address space mapped beyond the cap's base (what the cap counts)."
+    ),
+    "peak_gb_compiled": "Peak memory of the compiled trial at `batch_compiled` (GB), likewise.",
     "loss_ref": "The loss of the eager CPU fp32 step (the reference).",
     "loss": "The loss of the compiled step on the device.",
     "grad_norm_ref": "The global gradient norm of the reference step.",
@@ -111,7 +114,11 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
     "compiler_version": "The compiler's version.",
     "dtype": "The dtype of the device step (autocast dtype on accelerators; fp32 on the CPU).",
     "run_py_sha256": "SHA-256 of `run_py`.",
-    "check": "A JSON object: every trial of both searches, and the check's numbers and rule.",
+    "check": (
+        "A JSON object: the check's numbers, rule and seconds (`check_s`), and per search "
+        "(`search_native`, `search_compiled`) its start, every trial (batch, fits, seconds), "
+        "the batch it stopped at and the out-of-memory message there."
+    ),
 }
 """One sentence per column of :data:`TRAIN_SCHEMA`."""
 

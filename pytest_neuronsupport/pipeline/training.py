@@ -28,6 +28,7 @@ from typing import Any
 
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import row_to_json, validate_row
+from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
 from pytest_neuronsupport.pipeline import classify
@@ -44,6 +45,14 @@ TRAINING_MODULE = "pytest_neuronsupport.runners.lib.training"
 CHECK_BATCH = 2
 TIMED_STEPS = 2
 MODES = ("native", "compiled")
+#: What a training run's environment sets unless the user's says otherwise: no tokenizer
+#: thread pool nor compile workers (threads and processes map address space under the cap).
+TRIAL_ENV = {
+    "PYTHONUNBUFFERED": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,9 @@ class TrainParams(RunParams):
     #: The memory a search trial may use beyond what it had mapped when it started (the CPU's
     #: cap, an address-space limit); None: the device's own memory.
     memory_gb: float | None = None
+    #: The search's cap (``--neuron-train-max-batch``): in the script, so that its hash, which
+    #: decides whether a model is tested again, changes with it.
+    max_batch: int = 256
 
 
 class TrialFailed(Exception):
@@ -80,12 +92,23 @@ class BatchSearch:
     capped: bool
     #: ``(batch, fits)`` in the order tried.
     trials: list[tuple[int, bool]] = field(default_factory=list)
+    #: The batch the search started from (1: doubling from 1).
+    start: int = 1
 
 
-def find_batch(fits: Callable[[int], bool], max_batch: int) -> BatchSearch:
+def find_batch(fits: Callable[[int], bool], max_batch: int, start: int = 1) -> BatchSearch:
     """The largest batch for which ``fits`` holds, at most ``max_batch``: double from 1 until
-    it fails, then bisect between the last success and the first failure. ``fits`` raises
-    for a failure that is not a lack of memory; that stops the search."""
+    it fails, then bisect between the last success and the first failure (Lightning's
+    batch-size finder).
+
+    From a ``start`` above 1 (a guess: the compiled search starts from the native batch), the
+    search tries it first, then gallops: up by 1, 2, 4... while the batches fit, or down by 1,
+    2, 4... until one fits, then bisects. For a ``fits`` that holds up to some batch and not
+    beyond, the answer is the same as from 1, in fewer trials when the guess is close. Either
+    way the batch found fit and the one above it (``failed``) did not, each in a trial of its
+    own, and no batch is tried twice.
+
+    ``fits`` raises for a failure that is not a lack of memory; that stops the search."""
     trials: list[tuple[int, bool]] = []
 
     def attempt(batch: int) -> bool:
@@ -93,20 +116,31 @@ def find_batch(fits: Callable[[int], bool], max_batch: int) -> BatchSearch:
         trials.append((batch, ok))
         return ok
 
-    low, batch = 0, 1
-    while attempt(batch):
-        low = batch
-        if batch >= max_batch:
-            return BatchSearch(low, None, True, trials)
-        batch = min(2 * batch, max_batch)
-    high = batch
-    while high - low > 1:
+    start = max(1, min(start, max_batch))
+    low, high, step = 0, None, 1
+    if start == 1 or attempt(start):
+        low = 0 if start == 1 else start
+        while low < max_batch:  # up: doubling from 1, or by 1, 2, 4... from the guess
+            batch = min(low + step if start > 1 else max(1, 2 * low), max_batch)
+            if not attempt(batch):
+                high = batch
+                break
+            low, step = batch, 2 * step
+    else:
+        high = start
+        while high > 1:  # down from the guess, by 1, 2, 4...: the first batch that fits
+            batch = max(high - step, 1)
+            if attempt(batch):
+                low = batch
+                break
+            high, step = batch, 2 * step
+    while high is not None and high - low > 1:
         middle = (low + high) // 2
         if attempt(middle):
             low = middle
         else:
             high = middle
-    return BatchSearch(low, high, False, trials)
+    return BatchSearch(low, high, high is None, trials, start)
 
 
 def precision(dtype: str) -> str:
@@ -176,13 +210,18 @@ class Training:
         planned = plan(spec, s.cache, self.pipeline.runners)
         if planned.exclusion is not None:
             return Tried({**row, **classify.excluded(planned.exclusion)})
-        if not self.pipeline.budget.take():
-            return NotRun(f"--neuron-limit {s.limit} reached")
         if planned.load_error is not None:
+            if not self.pipeline.budget.take():
+                return NotRun(f"--neuron-limit {s.limit} reached")
             return Tried({**row, **classify.load_failed(str(planned.load_error))})
         folder = layout.train_dir(s.results, self.pipeline.pair, spec.id, row["seq_len"])
         base = self.params(spec, planned.checkpoint, planned.revision, row["seq_len"])
         text = self.script(base, spec)
+        unchanged = self.unchanged(spec.id, row["seq_len"], sha256(text))
+        if unchanged is not None:
+            return NotRun(unchanged, unchanged=True)
+        if not self.pipeline.budget.take():
+            return NotRun(f"--neuron-limit {s.limit} reached")
         run_py = folder / "train.py"
         fields = self.check(text, run_py)
         fields.update(run_py=text, run_py_sha256=sha256(text))
@@ -196,6 +235,18 @@ class Training:
             fields["batch_ratio"] = fields["batch_compiled"] / fields["batch_native"]
         fields["wall_s"] = round((datetime.now(UTC) - started).total_seconds(), 3)
         return Tried({**row, **fields}, run_py)
+
+    def unchanged(self, model_id: str, seq_len: int, sha: str) -> str | None:
+        """Why a training test is not run again: its ``train.py`` is the one recorded for the
+        model and ``seq_len`` in this pair (the trials' scripts differ from it only by their
+        mode and batch, and the cap and ``max_batch`` are in its ``PARAMS``)."""
+        if self.settings.rerun:
+            return None
+        recorded = find_row(self.settings.results, self.pipeline.pair, (model_id, seq_len), TRAIN)
+        if recorded is None or recorded["run_py_sha256"] != sha:
+            return None
+        when = recorded["tested_at"].isoformat(timespec="seconds") if recorded["tested_at"] else "?"
+        return f"unchanged since {when} ({recorded['result']}); --neuron-rerun runs it again"
 
     def params(
         self, spec: ModelSpec, checkpoint: str, revision: str | None, seq_len: int
@@ -212,6 +263,7 @@ class Training:
             revision=revision,
             seq_len=seq_len,
             memory_gb=self.memory_gb,
+            max_batch=s.train_max_batch,
         )
 
     def script(self, params: TrainParams, spec: ModelSpec) -> str:
@@ -224,17 +276,20 @@ class Training:
             runner_column="train",
             imported_backend=":" in s.backend,
             packages=spec.packages,
+            script_name="train.py",
         )
         return render(params, code, self.pipeline.stack)
 
     def check(self, text: str, run_py: Path) -> dict[str, Any]:
         """The correctness check's row fields: its verdict's numbers, or how it ended."""
-        fields = classify.ran(self.run(text, run_py))
+        outcome = self.run(text, run_py)
+        fields = classify.ran(outcome)
         details = json_object(fields.get("check"))
         for name in ("objective", "loss_ref", "loss", "grad_norm_ref", "grad_norm"):
             fields[name] = details.get(name)
         fields["param_error"] = details.get("param_error")
         fields["tolerance"] = details.get("tolerance")
+        fields["check"] = json_dumps({**details, "check_s": outcome.wall_s})
         return fields
 
     def search(
@@ -242,13 +297,14 @@ class Training:
     ) -> dict[str, Any]:
         """One mode's batch search: its row fields (``batch_<mode>``...)."""
         verdicts: dict[int, dict[str, Any]] = {}
+        walls: dict[int, float] = {}
 
         def fits(batch: int) -> bool:
             params = TrainParams(
                 **{**base.to_dict(), "trial": "search", "mode": mode, "batch": batch}
             )
             outcome = self.run(self.script(params, spec), folder / f"{mode}-{batch}" / "train.py")
-            verdict = outcome.verdict
+            verdict, walls[batch] = outcome.verdict, outcome.wall_s
             if outcome.reason and verdict is None:  # the watcher's memory limit
                 verdicts[batch] = {"fits": False, "out_of_memory": outcome.reason}
                 return False
@@ -260,11 +316,15 @@ class Training:
             verdicts[batch] = verdict
             return bool(verdict.get("fits"))
 
-        found = find_batch(fits, self.settings.train_max_batch)
+        # the compiled search starts from the native batch (most models fit about as many)
+        start = (row.get("batch_native") or 1) if mode == "compiled" else 1
+        found = find_batch(fits, self.settings.train_max_batch, start)
         best = verdicts.get(found.batch, {})
         details = json_object(row.get("check"))
         details[f"search_{mode}"] = {
-            "trials": [[batch, ok] for batch, ok in found.trials],
+            # each trial: its batch, whether it fit, the seconds its run took
+            "trials": [[batch, ok, walls.get(batch)] for batch, ok in found.trials],
+            "start": found.start,
             "failed_at": found.failed,
             "out_of_memory": (verdicts.get(found.failed or 0) or {}).get("out_of_memory"),
         }
@@ -282,14 +342,7 @@ class Training:
         p, s = self.pipeline, self.settings
         run_py.parent.mkdir(parents=True, exist_ok=True)
         run_py.write_text(text, encoding="utf-8")
-        env = dict(os.environ)
-        for name, value in (
-            ("PYTHONUNBUFFERED", "1"),
-            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-            ("TOKENIZERS_PARALLELISM", "false"),
-            ("TORCHINDUCTOR_COMPILE_THREADS", "1"),  # no compile workers under the memory cap
-        ):
-            env.setdefault(name, value)
+        env = {**TRIAL_ENV, **os.environ}
         env.update(s.device.run_env(s.cache))
         env.pop(REFERENCE_ENV, None)
         with p.allocator.lease(1) as lease:
