@@ -113,6 +113,11 @@ def parser() -> argparse.ArgumentParser:
         "merge", help="fold the rows the shards published (s3://) or left in journals (a folder)"
     )
     _results(merge)
+
+    train = sub.add_parser(
+        "train-report", help="the training table: largest batch native and compiled, per model"
+    )
+    _results(train)
     return p
 
 
@@ -314,6 +319,15 @@ def _merge(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _train_report(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.training import train_report
+
+    results = Path(args.results or options.BY_NAME["results"].default)
+    lines = train_report(results)
+    print("\n".join(lines))
+    return 0 if not lines[0].startswith("no training results") else 1
+
+
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("zoo", "list"): _zoo_list,
     ("zoo", "build"): _zoo_build,
@@ -327,6 +341,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("card", None): _card,
     ("upgrade", None): _upgrade,
     ("merge", None): _merge,
+    ("train-report", None): _train_report,
 }
 
 

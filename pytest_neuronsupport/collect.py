@@ -16,6 +16,7 @@ from pytest_neuronsupport import report
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
 from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
 from pytest_neuronsupport.pipeline.steps import NotRun, Pipeline
+from pytest_neuronsupport.pipeline.training import Training
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.runners.lib.protocol import Result
 
@@ -63,10 +64,14 @@ class ModelItem(pytest.Item):
         self.pipeline = pipeline
         self.row: dict[str, Any] | None = None
         self.unchanged = False
+        #: A training test (``mode = "train"``, or ``--neuron-train``): its row is a training row.
+        self.trains = spec.mode == "train" or pipeline.settings.train
+        #: The table its row goes to.
+        self.table = "train" if self.trains else "support"
         self.add_marker("neuronsupport")
 
     def runtest(self) -> None:
-        tried = self.pipeline.test(self.spec)
+        tried = (Training(self.pipeline) if self.trains else self.pipeline).test(self.spec)
         if isinstance(tried, NotRun):
             self.unchanged = tried.unchanged
             skip_model(tried.reason)

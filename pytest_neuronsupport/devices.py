@@ -58,6 +58,11 @@ class Device:
     ops: str
     rank_ops: str
 
+    @property
+    def train_ops(self) -> str:
+        """The run side of a training script: the one-core class, with ``limit_memory``."""
+        return self.ops.removesuffix("Ops") + "TrainOps"
+
     def available(self) -> bool:
         raise NotImplementedError
 

@@ -14,6 +14,9 @@ A list looks like::
     packages = ["sentencepiece"]  # optional: Python packages the model needs beyond ours
     exclusion = "quantized"       # optional: decided ahead (`neuronsupport select`): EXCLUDED,
     notes = "quantization_config" #   with this reason, and nothing runs
+    mode = "train"                # optional: a training test (default "inference"; every
+                                  #   entry is one under --neuron-train)
+    seq_len = 512                 # optional: tokens per training sample (default 128)
 
 Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
 line and the entry. This module imports only the standard library and ``huggingface_hub``'s
@@ -50,7 +53,12 @@ _KEYS = {
     "packages",
     "exclusion",
     "notes",
+    "mode",
+    "seq_len",
 }
+MODES = ("inference", "train")
+#: Tokens per training sample unless the entry says.
+DEFAULT_SEQ_LEN = 128
 #: A package as pip names it, with an optional version: never a URL, a path or an option.
 _PACKAGE = re.compile(
     r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?([<>=!~]=?[A-Za-z0-9.*+!_-]+)?"
@@ -80,6 +88,10 @@ class ModelSpec:
     #: An exclusion decided ahead (its category), and its reason.
     exclusion: str | None = None
     notes: str | None = None
+    #: ``"train"``: a training test (:mod:`~pytest_neuronsupport.pipeline.training`).
+    mode: str = "inference"
+    #: Tokens per training sample (None: :data:`DEFAULT_SEQ_LEN`).
+    seq_len: int | None = None
 
     @property
     def is_zoo(self) -> bool:
@@ -134,7 +146,9 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
     for key in ("id", "path", "runner", "task", "revision", "exclusion", "notes"):
         if key in raw and not (isinstance(raw[key], str) and raw[key].strip()):
             raise _fail(source, line, label, f"'{key}' must be a non-empty string")
-    for key in ("selection_rank", "cores"):
+    if raw.get("mode", "inference") not in MODES:
+        raise _fail(source, line, label, f"'mode' must be one of {MODES}, not {raw['mode']!r}")
+    for key in ("selection_rank", "cores", "seq_len"):
         value = raw.get(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
@@ -183,6 +197,8 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
         packages=tuple(sorted(set(packages))),
         exclusion=raw.get("exclusion"),
         notes=raw.get("notes"),
+        mode=raw.get("mode", "inference"),
+        seq_len=raw.get("seq_len"),
     )
 
 
@@ -253,8 +269,9 @@ def bundled_dir() -> Path:
     return inside if inside.is_dir() else here.parent / "model_lists"
 
 
-def default_lists() -> list[Path]:
-    return [bundled_dir() / "tiny.toml"]
+def default_lists(train: bool = False) -> list[Path]:
+    """The bundled tiny-model list (``train.toml`` for a training sweep)."""
+    return [bundled_dir() / ("train.toml" if train else "tiny.toml")]
 
 
 def resolve_paths(values: Sequence[str], base: Path) -> list[Path]:

@@ -162,6 +162,19 @@ OPTIONS: tuple[Option, ...] = (
         kind="path",
     ),
     Option(
+        "train",
+        "training sweep: does each model train, and the largest batch that fits, native and "
+        "compiled (rows in <results>/train; default list: the bundled train.toml)",
+        kind="flag",
+    ),
+    Option(
+        "train-max-batch",
+        "largest batch size a training batch search tries (default 256)",
+        "N",
+        kind="int",
+        default=256,
+    ),
+    Option(
         "isolation",
         "fork: runs forked from a warm server (default); fresh: a new python",
         choices=ISOLATIONS,
@@ -250,6 +263,10 @@ class Settings:
     shard: Shard | None = None
     #: Where this machine's core leases live (one folder for every sweep on the machine).
     leases: Path = field(default_factory=default_leases)
+    #: Every entry is a training test (``--neuron-train``).
+    train: bool = False
+    #: The training batch search's cap.
+    train_max_batch: int = 256
 
     @property
     def core_capacity_gb(self) -> float:
@@ -312,7 +329,8 @@ class _Values:
         if flag:
             return resolve_paths(flag, self.config.invocation_params.dir)
         ini = [str(p) for p in self.config.getini("neuron_models")]
-        return resolve_paths(ini, self.config.rootpath) if ini else default_lists()
+        train = bool(self.config.getoption("neuron_train"))
+        return resolve_paths(ini, self.config.rootpath) if ini else default_lists(train)
 
 
 def settings_from(config: pytest.Config) -> Settings:
@@ -367,4 +385,6 @@ def settings_from(config: pytest.Config) -> Settings:
         baseline_allow_improvements=bool(config.getoption("neuron_baseline_allow_improvements")),
         shard=shard,
         leases=values.path("leases", default_leases()),
+        train=bool(config.getoption("neuron_train")),
+        train_max_batch=int(values.number("train-max-batch") or BY_NAME["train-max-batch"].default),
     )

@@ -40,6 +40,10 @@ def model_line(row: Mapping[str, Any]) -> str:
     facts = [f"{cores} core{'s' if cores != 1 else ''}" if cores else None]
     if row.get("wall_s") is not None:
         facts.append(f"{row['wall_s']:.1f}s")
+    if row.get("seq_len") is not None:  # a training row: the batches found
+        facts.append(
+            f"batch {row.get('batch_native')} native, {row.get('batch_compiled')} compiled"
+        )
     details = ", ".join(fact for fact in facts if fact)
     return f"{row['result']:<13} {row['model_id']}" + (f"  ({details})" if details else "")
 

@@ -25,9 +25,11 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import pair_path, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.schema import row_to_json
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_to_json
 from pytest_neuronsupport.dataset.shared import SharedResults
 from pytest_neuronsupport.dataset.store import UnreadableResultsError, find_row, set_selection
+from pytest_neuronsupport.dataset.tables import table_named
+from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.options import Settings
@@ -40,6 +42,8 @@ from pytest_neuronsupport.stack import LIBRARY, installed_stack
 #: The report attributes that carry a model's row, and the mark of a model not run again.
 ROW_ATTRIBUTE = "neuronsupport_row"
 UNCHANGED_ATTRIBUTE = "neuronsupport_unchanged"
+#: The report attribute naming the table of a row other than the support dataset's.
+TABLE_ATTRIBUTE = "neuronsupport_table"
 #: pytest's short letters of each outcome.
 _LETTERS = {"passed": ".", "failed": "F", "skipped": "s"}
 
@@ -57,6 +61,8 @@ class SweepSession:
     problems: list[str] = field(default_factory=list)
     #: Models not run again (their run.py is the one recorded).
     unchanged: list[str] = field(default_factory=list)
+    #: Training tests not run again (their rows are in the training table).
+    unchanged_trained: list[str] = field(default_factory=list)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
     baseline: Baseline | None = None
     comparison: Comparison | None = None
@@ -107,9 +113,12 @@ class SweepSession:
         """Put the row on the call report: under xdist it travels to the controller with it."""
         rep = yield
         if isinstance(item, ModelItem) and call.when == "call":
+            if item.table != SUPPORT.name:
+                setattr(rep, TABLE_ATTRIBUTE, item.table)
             if item.row is not None:
                 self.attach_row(rep, item.row)
-                self.hold_against_baseline(rep, item.row, item.user_properties)
+                if item.table == SUPPORT.name:
+                    self.hold_against_baseline(rep, item.row, item.user_properties)
             setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
         return rep
 
@@ -148,10 +157,13 @@ class SweepSession:
         row = getattr(report, ROW_ATTRIBUTE, None)
         model_id = report.nodeid.rsplit("::", 1)[-1]
         if row is not None:
-            self.record(row)
+            self.record(row, table_named(getattr(report, TABLE_ATTRIBUTE, SUPPORT.name)))
             self.show_progress(model_id, row, report)
         elif getattr(report, UNCHANGED_ATTRIBUTE, False):
-            self.unchanged.append(model_id)
+            if hasattr(report, TABLE_ATTRIBUTE):  # a training test: not held against a baseline
+                self.unchanged_trained.append(model_id)
+            else:
+                self.unchanged.append(model_id)
             self.show_progress(model_id, None, report)
         elif hasattr(report, UNCHANGED_ATTRIBUTE):  # a model's test that ran nothing
             self.show_progress(model_id, None, report)
@@ -188,13 +200,17 @@ class SweepSession:
             where = f"{self.shared.uri}/shards" if self.shared else s.results / "shards"
             tr.write_line(f"shard {s.shard} (the split: {where})")
         line = report.counts_line(self.rows)
-        if self.unchanged:
-            line += f"; {len(self.unchanged)} unchanged (not run again)"
+        if self.unchanged or self.unchanged_trained:
+            count = len(self.unchanged) + len(self.unchanged_trained)
+            line += f"; {count} unchanged (not run again)"
         tr.write_line(line)
         for failure in report.failure_lines(self.rows):
             tr.write_line(failure)
         dataset = pair_path(s.results, compiler, version, LIBRARY, self.pipeline.library_version)
         tr.write_line(f"dataset: {dataset}")
+        if any("seq_len" in row for row in self.rows):
+            trained = s.results / TRAIN.folder / self.pipeline.pair
+            tr.write_line(f"training: {trained} (`neuronsupport train-report` prints it)")
         for problem in self.problems:
             tr.write_line(f"problem: {problem}", yellow=True)
         if self.comparison is not None:
@@ -328,10 +344,15 @@ class SweepSession:
             if self.progress.milestone():
                 tr.write_line(status)
 
-    def record(self, row: dict[str, Any]) -> None:
+    def record(self, row: dict[str, Any], table: Table = SUPPORT) -> None:
         """Keep a row, publish it (a shared dataset) and journal it; a row that does not fit
         the dataset is kept as FAIL(other), with the problem (a bug of ours must not cost the
         model its row)."""
+        if table is not SUPPORT:  # a training row: journaled; not published nor held (yet)
+            if self.journal is not None:
+                self.journal.append(self.pipeline.pair, row, table)
+            self.rows.append(row)
+            return
         try:
             row_to_json(row)
         except ValueError:

@@ -130,6 +130,44 @@ def needs_package_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: An
     return gm.forward
 
 
+def _aot_backend(backward: Callable[..., Any]) -> Any:
+    """A backend compiling forward faithfully and backward with ``backward(gm)``."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return make_boxed_func(gm.forward)
+
+    def backward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return make_boxed_func(backward(gm))
+
+    return aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+
+
+def _raising_backward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        raise RuntimeError("test-only backend: the backward graph failed at run time")
+
+    return run
+
+
+def _scaled_backward(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        outputs = gm.forward(*args)
+        return [
+            out * 1.01 if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+            for out in outputs
+        ]
+
+    return run
+
+
+#: Runs forward faithfully; the backward raises, as a compiler whose backward breaks.
+backward_breaking_backend_for_tests = _aot_backend(_raising_backward)
+#: Runs forward faithfully; every gradient comes out 1% too large, as a miscompiled backward.
+gradient_perturbing_backend_for_tests = _aot_backend(_scaled_backward)
+
+
 def _has_linear(gm: torch.fx.GraphModule) -> bool:
     linear = (torch._C._nn.linear, torch.nn.functional.linear, torch.ops.aten.linear.default)
     return any(node.op == "call_function" and node.target in linear for node in gm.graph.nodes)
@@ -157,3 +195,16 @@ def corrupts_silu_backend_for_tests(
             node.target, node.args, node.kwargs = torch.sigmoid, node.args[:1], {}
     copied.recompile()
     return copied.forward
+
+
+def failing_under_a_memory_cap_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Raises an error that does not say "memory" while the process runs under an
+    address-space limit (RLIMIT_AS), as a library that cannot map its scratch space under the
+    cap (oneDNN's "could not create a primitive"); runs the graph faithfully without one."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        raise RuntimeError("test-only backend: could not create a primitive")
+    return gm.forward

@@ -224,6 +224,7 @@ def test_schema_columns_in_order_with_metadata() -> None:
         "FAIL(load)",
         "FAIL(gen)",
         "FAIL(forward)",
+        "FAIL(train)",
         "FAIL(output)",
         "FAIL(other)",
         "EXCLUDED",

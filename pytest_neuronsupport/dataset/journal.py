@@ -3,7 +3,9 @@
 File ``<results>/journal/<session_id>.jsonl``, one JSON object a line,
 ``{"pair": "<compiler>-<v>/<library>-<v>.parquet", "row": {...}}`` where the row is
 :func:`~pytest_neuronsupport.dataset.schema.row_to_json`'s (journals written by the previous
-version, with a ``Row`` class, have the same lines and are read alike).
+version, with a ``Row`` class, have the same lines and are read alike). A row of another table
+than the support dataset names it: ``{"table": "train", "pair": ..., "row": ...}`` (the pair is
+then relative to that table's folder, ``<results>/train``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 import uuid
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -25,7 +27,8 @@ import filelock
 
 from pytest_neuronsupport.dataset.durable import file_lock, fsync_dir, makedirs_durable
 from pytest_neuronsupport.dataset.layout import check_relpath
-from pytest_neuronsupport.dataset.schema import row_from_json, row_to_json
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_from_json, row_to_json
+from pytest_neuronsupport.dataset.tables import table_named
 
 __all__ = [
     "Journal",
@@ -123,8 +126,8 @@ class Journal:
         """Whether :meth:`close` was called."""
         return self._fd is None
 
-    def append(self, pair_relpath: str, row: Mapping[str, Any]) -> None:
-        """Record ``row`` for the pair file ``pair_relpath`` durably.
+    def append(self, pair_relpath: str, row: Mapping[str, Any], table: Table = SUPPORT) -> None:
+        """Record ``row`` for the pair file ``pair_relpath`` (of ``table``) durably.
 
         ``pair_relpath`` is as :func:`~pytest_neuronsupport.dataset.layout.pair_relpath` makes
         it; ``row`` is validated with :func:`~pytest_neuronsupport.dataset.schema.validate_row`
@@ -136,8 +139,10 @@ class Journal:
             RuntimeError: the journal is closed.
         """
         check_relpath(pair_relpath)
+        record: dict[str, Any] = {} if table is SUPPORT else {"table": table.name}
+        record.update(pair=pair_relpath, row=row_to_json(row, table))
         line = json.dumps(
-            {"pair": pair_relpath, "row": row_to_json(row)},
+            record,
             ensure_ascii=True,
             separators=(",", ":"),
         )
@@ -181,6 +186,8 @@ class JournalContent:
     """One message per skipped line, a torn last line included."""
     corrupt: bool
     """Some line other than a torn last line was skipped."""
+    tables: list[Table] = field(default_factory=list)
+    """The table of each entry (same order as :attr:`entries`)."""
 
 
 def parse_journal(path: Path) -> JournalContent:
@@ -204,12 +211,15 @@ def _parse_journal_bytes(path: Path, data: bytes) -> JournalContent:
             continue  # a blank line is what repairing a torn tail can leave
         try:
             record = json.loads(line)
-            if not isinstance(record, dict) or set(record) != {"pair", "row"}:
-                raise ValueError("expected an object with exactly the keys 'pair' and 'row'")
+            if not isinstance(record, dict) or set(record) - {"table"} != {"pair", "row"}:
+                raise ValueError(
+                    "expected an object with exactly the keys 'pair' and 'row' (and 'table')"
+                )
             if not isinstance(record["row"], dict):
                 raise ValueError("'row' is not an object")
+            table = table_named(record["table"]) if "table" in record else SUPPORT
             pair = check_relpath(record["pair"])
-            row = row_from_json(record["row"])
+            row = row_from_json(record["row"], table)
         except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError included
             if is_tail:
                 content.problems.append(
@@ -220,6 +230,7 @@ def _parse_journal_bytes(path: Path, data: bytes) -> JournalContent:
                 content.problems.append(f"{path}:{number}: corrupt line skipped: {exc}")
             continue
         content.entries.append((pair, row))
+        content.tables.append(table)
     return content
 
 

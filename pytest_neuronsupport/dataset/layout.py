@@ -17,6 +17,7 @@ __all__ = [
     "run_dir",
     "run_dirname",
     "run_py_path",
+    "train_dir",
 ]
 
 SCHEME: Final = "s3://"
@@ -105,16 +106,17 @@ def check_relpath(relpath: str) -> str:
     return relpath
 
 
-def data_files(results_dir: Path) -> list[Path]:
-    """``data/*/*.parquet`` in sorted order, skipping hidden (``.``/``_``) names like pyarrow."""
-    data_dir = Path(results_dir) / "data"
+def data_files(results_dir: Path, folder: str = "data") -> list[Path]:
+    """``data/*/*.parquet`` (a table's ``folder``) in sorted order, skipping hidden (``.``/``_``)
+    names like pyarrow."""
+    data_dir = Path(results_dir) / folder
     if not data_dir.is_dir():
         return []
     found: list[Path] = []
-    for folder in sorted(data_dir.iterdir()):
-        if folder.name[0] in "._" or not folder.is_dir():
+    for pair_dir in sorted(data_dir.iterdir()):
+        if pair_dir.name[0] in "._" or not pair_dir.is_dir():
             continue
-        for file in sorted(folder.iterdir()):
+        for file in sorted(pair_dir.iterdir()):
             if file.name[0] not in "._" and file.name.endswith(_PARQUET) and file.is_file():
                 found.append(file)
     return found
@@ -155,3 +157,9 @@ def is_shared(results: str) -> bool:
 def run_py_path(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
     """Where a model's ``run.py`` is written: in its :func:`run_dir`."""
     return run_dir(results_dir, pair_relpath, model_id) / "run.py"
+
+
+def train_dir(results_dir: Path, pair_relpath: str, model_id: str, seq_len: int) -> Path:
+    """Where a model's training scripts go: ``<run_dir>/train-<seq_len>/`` (``train.py``, the
+    correctness check, and one folder per batch-search trial)."""
+    return run_dir(results_dir, pair_relpath, model_id) / f"train-{int(seq_len)}"

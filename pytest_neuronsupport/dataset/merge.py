@@ -12,7 +12,6 @@ from typing import Any
 
 import filelock
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pytest_neuronsupport.dataset.durable import (
     atomic_write,
@@ -24,7 +23,7 @@ from pytest_neuronsupport.dataset.durable import (
     sweep_temps,
 )
 from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
-from pytest_neuronsupport.dataset.schema import SCHEMA, rows_to_table
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table
 from pytest_neuronsupport.dataset.store import (
     UnreadableResultsError,
     concat_tables,
@@ -34,6 +33,7 @@ from pytest_neuronsupport.dataset.store import (
     tested_at_key,
     upgrade_dataset,
 )
+from pytest_neuronsupport.dataset.tables import TABLES
 
 __all__ = ["MergeReport", "merge_journals"]
 
@@ -74,8 +74,11 @@ class _Candidate:
     keep: bool = False
 
 
-def _apply_rows(target: Path, rows: list[dict[str, Any]]) -> int:
-    """Merge ``rows`` (validated, unique model_ids) into ``target``; return how many applied.
+def _apply_rows(target: Path, rows: list[dict[str, Any]], table: Table = SUPPORT) -> int:
+    """Merge ``rows`` (validated, unique keys) into ``target``; return how many applied.
+
+    A row's key is its ``model_id`` in the support dataset, its ``table``'s key columns in
+    another table (:meth:`~pytest_neuronsupport.dataset.schema.Table.key_of`).
 
     A row replaces the file's row of the same model unless that one has a strictly later
     ``tested_at`` (null counts as earliest), so a late recovery never reverts a newer run. The
@@ -90,35 +93,39 @@ def _apply_rows(target: Path, rows: list[dict[str, Any]]) -> int:
     with data_lock(target):
         remove_temps(target)
         if target.exists():
-            existing = read_table(target, keep_extra=True)
+            existing = read_table(target, keep_extra=True, table=table)
         else:
-            existing = SCHEMA.empty_table()
-        latest = latest_positions(existing)
+            existing = table.schema.empty_table()
+        latest = latest_positions(existing, table.key)
         stamps = existing.column("tested_at").to_pylist()
         applied = [
             row
             for row in rows
-            if row["model_id"] not in latest
-            or tested_at_key(stamps[latest[row["model_id"]]]) <= tested_at_key(row["tested_at"])
+            if table.key_of(row) not in latest
+            or tested_at_key(stamps[latest[table.key_of(row)]]) <= tested_at_key(row["tested_at"])
         ]
         ids = existing.column("model_id").to_pylist()
+        keys = latest_keys(existing, table)
         duplicated = len(latest) < sum(model_id is not None for model_id in ids)
         if not applied and not duplicated:
             return 0
-        if duplicated:  # not written by us; keep each model's latest row only
-            mask = [
-                model_id is None or latest[model_id] == position
-                for position, model_id in enumerate(ids)
-            ]
-            existing = existing.filter(pa.array(mask, type=pa.bool_()))
-        replaced = pa.array([row["model_id"] for row in applied], type=pa.string())
-        stale = pc.fill_null(pc.is_in(existing.column("model_id"), value_set=replaced), False)
-        kept = existing.filter(pc.invert(stale))
-        merged = concat_tables([kept, rows_to_table(applied)])
-        merged = merged.sort_by([("model_id", "ascending")])
+        replaced = {table.key_of(row) for row in applied}
+        mask = [  # each key's latest row (a file not written by us may hold several), if kept
+            model_id is None or (latest[key] == position and key not in replaced)
+            for position, (model_id, key) in enumerate(zip(ids, keys, strict=True))
+        ]
+        kept = existing.filter(pa.array(mask, type=pa.bool_()))
+        merged = concat_tables([kept, rows_to_table(applied, table)], table.schema)
+        merged = merged.sort_by([(name, "ascending") for name in table.key])
         atomic_write(target, merged)
     forget_cached(target)
     return len(applied)
+
+
+def latest_keys(existing: pa.Table, table: Table) -> list[Any]:
+    """The key of each row of ``existing`` (as :func:`latest_positions` indexes them)."""
+    columns = [existing.column(name).to_pylist() for name in table.key]
+    return columns[0] if len(table.key) == 1 else list(zip(*columns, strict=True))
 
 
 def _journal_order(path: Path) -> tuple[int, str]:
@@ -200,37 +207,42 @@ def merge_journals(
             candidates.append(_Candidate(path, lock, content, keep=content.corrupt))
         candidates.sort(key=lambda candidate: _journal_order(candidate.path))
 
-        # pair → model_id → (row, candidate); then which candidates feed each pair
-        winners: dict[str, dict[str, tuple[dict[str, Any], _Candidate]]] = {}
-        feeders: dict[str, list[_Candidate]] = {}
+        # (table, pair) → key → (row, candidate); then which candidates feed each pair
+        winners: dict[tuple[str, str], dict[Any, tuple[dict[str, Any], _Candidate]]] = {}
+        feeders: dict[tuple[str, str], list[_Candidate]] = {}
         for candidate in candidates:
-            last: dict[str, dict[str, dict[str, Any]]] = {}
-            for pair, row in candidate.content.entries:
-                last.setdefault(pair, {})[row["model_id"]] = row
-            for pair, by_model in last.items():
-                feeders.setdefault(pair, []).append(candidate)
-                pair_winners = winners.setdefault(pair, {})
-                for model_id, row in by_model.items():
-                    current = pair_winners.get(model_id)
+            last: dict[tuple[str, str], dict[Any, dict[str, Any]]] = {}
+            content = candidate.content
+            tables = content.tables or [SUPPORT] * len(content.entries)
+            for (pair, row), table in zip(content.entries, tables, strict=True):
+                last.setdefault((table.name, pair), {})[table.key_of(row)] = row
+            for where, by_key in last.items():
+                feeders.setdefault(where, []).append(candidate)
+                pair_winners = winners.setdefault(where, {})
+                for key, row in by_key.items():
+                    current = pair_winners.get(key)
                     if current is None or tested_at_key(row["tested_at"]) >= tested_at_key(
                         current[0]["tested_at"]
                     ):
-                        pair_winners[model_id] = (row, candidate)
+                        pair_winners[key] = (row, candidate)
 
         sweep_temps(data_dir)
-        for pair in sorted(winners):
-            target = data_dir / pair
-            rows = [row for row, _ in winners[pair].values()]
+        for name in {name for name, _ in winners} - {SUPPORT.name}:
+            sweep_temps(results_dir / TABLES[name].folder)
+        for where in sorted(winners):
+            table = TABLES[where[0]]
+            target = results_dir / table.folder / where[1]
+            rows = [row for row, _ in winners[where].values()]
             try:
-                count = _apply_rows(target, rows)
+                count = _apply_rows(target, rows, table)
             except UnreadableResultsError as exc:
                 report.unreadable.append((target, exc.reason))
-                for candidate in feeders[pair]:
+                for candidate in feeders[where]:
                     candidate.keep = True
                 continue
             except Exception as exc:  # keep the journals: nothing may be lost
                 report.problems.append(f"{target}: merge failed: {type(exc).__name__}: {exc}")
-                for candidate in feeders[pair]:
+                for candidate in feeders[where]:
                     candidate.keep = True
                 continue
             if count:
@@ -258,12 +270,16 @@ def merge_journals(
 def _upgrade(results_dir: Path, report: MergeReport) -> None:
     """Upgrade the dataset after a merge; what fails goes into ``report.problems``."""
     unreadable: list[tuple[Path, str]] = []
-    try:
-        report.upgraded = upgrade_dataset(results_dir, unreadable=unreadable)
-    except Exception as exc:  # the merge itself succeeded: report, never raise
-        report.problems.append(
-            f"{results_dir / 'data'}: upgrading the dataset failed: {type(exc).__name__}: {exc}"
-        )
+    for table in TABLES.values():
+        if table is not SUPPORT and not (results_dir / table.folder).is_dir():
+            continue
+        try:
+            report.upgraded += upgrade_dataset(results_dir, unreadable=unreadable, table=table)
+        except Exception as exc:  # the merge itself succeeded: report, never raise
+            report.problems.append(
+                f"{results_dir / table.folder}: upgrading the dataset failed: "
+                f"{type(exc).__name__}: {exc}"
+            )
     known = {path for path, _ in report.unreadable}
     for path, reason in unreadable:
         if path not in known:

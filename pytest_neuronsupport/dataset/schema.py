@@ -1,9 +1,15 @@
-"""The one schema of the results, and rows: plain dicts validated against it.
+"""The schema of the results, and rows: plain dicts validated against it.
 
-A row is a ``dict`` with every column of :data:`SCHEMA` (``None`` for null) in schema order,
-then its extra columns (keys the schema does not know, added by users' hooks) sorted by name.
-:func:`validate_row` makes one out of any mapping; :func:`row_to_json` and :func:`row_from_json`
-carry it through a journal line; :func:`rows_to_table` turns rows into an arrow table.
+A row is a ``dict`` with every column of its table's schema (``None`` for null) in schema
+order, then its extra columns (keys the schema does not know, added by users' hooks) sorted by
+name. :func:`validate_row` makes one out of any mapping; :func:`row_to_json` and
+:func:`row_from_json` carry it through a journal line; :func:`rows_to_table` turns rows into an
+arrow table.
+
+A :class:`Table` is one dataset of the results: its folder under ``<results>``, its schema and
+the columns that identify a row in a pair file. :data:`SUPPORT` (``<results>/data``, the model
+support dataset, keyed by ``model_id``) is the default everywhere; the other tables (training
+rows in ``<results>/train``...) are listed in :mod:`~pytest_neuronsupport.dataset.tables`.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
@@ -26,6 +33,9 @@ __all__ = [
     "RESULT_MEANINGS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "STACK_COLUMNS",
+    "SUPPORT",
+    "Table",
     "row_from_json",
     "row_to_json",
     "rows_to_table",
@@ -36,7 +46,7 @@ __all__ = [
 SCHEMA_VERSION: Final = "1"
 """Value of the ``neuronsupport_schema`` key of the schema metadata."""
 
-_STACK_COLUMNS: Final = (
+STACK_COLUMNS: Final = (
     "neuronx_cc",
     "library_version",
     "transformers",
@@ -70,7 +80,7 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("hbm_peak_gb", pa.float64()),
         pa.field("hbm_capacity_gb", pa.float64()),
         # software stack (null where a package is absent)
-        *(pa.field(name, pa.string()) for name in _STACK_COLUMNS),
+        *(pa.field(name, pa.string()) for name in STACK_COLUMNS),
         pa.field("tested_at", pa.timestamp("us", tz="UTC")),
         pa.field("run_py", pa.string()),
         # ours
@@ -105,7 +115,7 @@ COLUMNS: Final[tuple[str, ...]] = tuple(SCHEMA.names)
 DEVICES: Final = ("neuron", "cuda", "cpu")
 """Allowed values of the ``device`` column (or null)."""
 
-_STACK_DOCS: Final = {
+STACK_DOCS: Final = {
     "neuronx_cc": "Version of the neuronx-cc compiler",
     "library_version": "Version of the library in `library` (the pair's library version)",
     "transformers": "Version of transformers",
@@ -163,7 +173,7 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "Peak device memory of the run in GB (torch's counters; on the CPU the peak resident set)."
     ),
     "hbm_capacity_gb": "Device memory available to the run in GB: one core's times `neuron_cores`.",
-    **{name: f"{doc}; null where absent." for name, doc in _STACK_DOCS.items()},
+    **{name: f"{doc}; null where absent." for name, doc in STACK_DOCS.items()},
     "tested_at": "When the model's test started (UTC).",
     "run_py": (
         "The standalone script that is the model's test (standard library, torch and "
@@ -246,9 +256,15 @@ RESULT_MEANINGS: Final[dict[Result, str]] = {
     Result.FAIL_FORWARD: (
         "Compiling the model or its forward pass raised (encoder runners). In pytest: failed."
     ),
+    Result.FAIL_TRAIN: (
+        "A training step (forward, loss, backward, optimizer step) raised, other than for lack "
+        "of memory (training rows). In pytest: failed."
+    ),
     Result.FAIL_OUTPUT: (
         "The model ran, but its output differs from the CPU fp32 reference beyond a near-tie, "
-        "or the English judge found its text not fluent English. In pytest: failed."
+        "or the English judge found its text not fluent English; in a training row, the "
+        "compiled step differs from the eager CPU fp32 step beyond the tolerance. In pytest: "
+        "failed."
     ),
     Result.FAIL_OTHER: (
         "The run ended without a verdict: a crash, a hang past the timeout, memory past the "
@@ -261,6 +277,38 @@ RESULT_MEANINGS: Final[dict[Result, str]] = {
     ),
 }
 """The meaning of each value of the ``result`` column."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One dataset of the results: ``<results>/<folder>/<compiler>-<v>/<library>-<v>.parquet``.
+
+    Every file of a table has its :attr:`schema` (then the extra columns); a pair file holds at
+    most one row per value of :attr:`key` (a later row replaces it). Journal lines of a table
+    other than :data:`SUPPORT` name it (``"table": name``).
+    """
+
+    name: str
+    folder: str
+    schema: pa.Schema
+    key: tuple[str, ...] = ("model_id",)
+    docs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def version(self) -> bytes:
+        """The schema's ``neuronsupport_schema`` metadata value."""
+        return bytes((self.schema.metadata or {}).get(b"neuronsupport_schema", b""))
+
+    def key_of(self, row: Mapping[str, Any]) -> Any:
+        """The identity of ``row`` in a pair file: its ``model_id`` for a one-column key, else
+        the tuple of its key columns."""
+        if len(self.key) == 1:
+            return row.get(self.key[0])
+        return tuple(row.get(name) for name in self.key)
+
+
+SUPPORT: Final = Table("support", "data", SCHEMA, ("model_id",), COLUMN_DOCS)
+"""The model support dataset: ``<results>/data``, one row per model in a pair."""
 
 _RESULTS: Final = tuple(member.value for member in Result)
 _SCHEMA_NAMES: Final = frozenset(COLUMNS)
@@ -343,8 +391,8 @@ def _check_extra(prefix: str, name: object, value: object) -> object:
     )
 
 
-def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Check ``row`` against :data:`SCHEMA`; return a new, normalised row.
+def validate_row(row: Mapping[str, Any], table: Table = SUPPORT) -> dict[str, Any]:
+    """Check ``row`` against ``table``'s schema (:data:`SCHEMA`); return a new, normalised row.
 
     The result has every schema column in schema order (``None`` where ``row`` lacks it), then
     the extra columns sorted by name. ``model_id`` (non-empty) and ``result`` (a value of
@@ -366,7 +414,7 @@ def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{prefix}missing required column(s): {', '.join(missing)}")
     valid: dict[str, Any] = {}
-    for schema_field in SCHEMA:
+    for schema_field in table.schema:
         value = row.get(schema_field.name)
         if value is not None:
             value = _check_value(prefix, schema_field.name, schema_field.type, value)
@@ -375,24 +423,25 @@ def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"{prefix}model_id must be a non-empty string")
     if valid["result"] not in _RESULTS:
         raise ValueError(f"{prefix}result must be one of {_RESULTS}, got {valid['result']!r}")
-    if valid["device"] is not None and valid["device"] not in DEVICES:
+    if valid.get("device") is not None and valid["device"] not in DEVICES:
         raise ValueError(
             f"{prefix}device must be one of {DEVICES} or None, got {valid['device']!r}"
         )
-    if valid["check"] is not None:
+    if valid.get("check") is not None:
         try:
             parsed = json.loads(valid["check"])
         except ValueError as exc:
             raise ValueError(f"{prefix}check is not JSON: {exc}") from exc
         if not isinstance(parsed, dict):
             raise ValueError(f"{prefix}check must be the text of a JSON object")
-    extras = {key: _check_extra(prefix, key, row[key]) for key in row if key not in _SCHEMA_NAMES}
+    names = _SCHEMA_NAMES if table is SUPPORT else frozenset(table.schema.names)
+    extras = {key: _check_extra(prefix, key, row[key]) for key in row if key not in names}
     for name in sorted(extras):
         valid[name] = extras[name]
     return valid
 
 
-def row_to_json(row: Mapping[str, Any]) -> dict[str, Any]:
+def row_to_json(row: Mapping[str, Any], table: Table = SUPPORT) -> dict[str, Any]:
     """``row`` validated, as a JSON-serialisable dict (``tested_at`` as ISO-8601 with offset).
 
     Floats may be NaN or infinite; :func:`json.dumps` writes those as ``NaN``/``Infinity`` and
@@ -401,13 +450,13 @@ def row_to_json(row: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: as :func:`validate_row`.
     """
-    data = validate_row(row)
+    data = validate_row(row, table)
     if data["tested_at"] is not None:
         data["tested_at"] = data["tested_at"].isoformat()
     return data
 
 
-def row_from_json(data: object) -> dict[str, Any]:
+def row_from_json(data: object, table: Table = SUPPORT) -> dict[str, Any]:
     """Inverse of :func:`row_to_json`: the row of a decoded JSON object.
 
     Columns missing from ``data`` are null (a row journaled by an older version loads); keys
@@ -418,7 +467,7 @@ def row_from_json(data: object) -> dict[str, Any]:
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"row: must be a JSON object, got {type(data).__name__}")
-    return validate_row(data)
+    return validate_row(data, table)
 
 
 def text_array(values: Iterable[object]) -> pa.Array:
@@ -445,7 +494,7 @@ def _extra_array(values: Sequence[object]) -> pa.Array:
     return text_array(values)
 
 
-def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
+def rows_to_table(rows: Iterable[Mapping[str, Any]], table: Table = SUPPORT) -> pa.Table:
     """Rows (validated with :func:`validate_row`) as a table.
 
     The columns are :data:`SCHEMA`'s (metadata included), then the extra columns of all rows
@@ -456,11 +505,12 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     Raises:
         ValueError: as :func:`validate_row`.
     """
-    valid = [validate_row(row) for row in rows]
-    arrays = [pa.array([row[f.name] for row in valid], type=f.type) for f in SCHEMA]
-    fields = list(SCHEMA)
-    for name in sorted({key for row in valid for key in row if key not in _SCHEMA_NAMES}):
+    schema = table.schema
+    valid = [validate_row(row, table) for row in rows]
+    arrays = [pa.array([row[f.name] for row in valid], type=f.type) for f in schema]
+    fields = list(schema)
+    for name in sorted({key for row in valid for key in row if key not in schema.names}):
         array = _extra_array([row.get(name) for row in valid])
         arrays.append(array)
         fields.append(pa.field(name, array.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=SCHEMA.metadata))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))

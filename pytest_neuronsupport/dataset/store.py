@@ -27,7 +27,7 @@ from pytest_neuronsupport.dataset.durable import (
     remove_temps,
 )
 from pytest_neuronsupport.dataset.layout import check_relpath, data_files
-from pytest_neuronsupport.dataset.schema import SCHEMA, SCHEMA_VERSION, text_array, validate_row
+from pytest_neuronsupport.dataset.schema import SCHEMA, SUPPORT, Table, text_array, validate_row
 
 __all__ = [
     "UnreadableResultsError",
@@ -62,15 +62,19 @@ def tested_at_key(stamp: dt.datetime | None) -> tuple[int, dt.datetime]:
     return (1, stamp)
 
 
-def latest_positions(table: pa.Table) -> dict[str, int]:
-    """model_id → index of its latest row in ``table`` (by ``tested_at``; ties: the last one).
+def latest_positions(table: pa.Table, key: tuple[str, ...] = ("model_id",)) -> dict[Any, int]:
+    """Key → index of its latest row in ``table`` (by ``tested_at``; ties: the last one).
 
+    The key is the ``model_id`` (a one-column key), else the tuple of the ``key`` columns.
     Rows without a ``model_id`` are left out.
     """
-    positions: dict[str, int] = {}
+    positions: dict[Any, int] = {}
     stamps = table.column("tested_at").to_pylist()
-    for position, model_id in enumerate(table.column("model_id").to_pylist()):
-        if model_id is None:
+    columns = [table.column(name).to_pylist() for name in key]
+    keys = columns[0] if len(key) == 1 else list(zip(*columns, strict=True))
+    ids = table.column("model_id").to_pylist()
+    for position, model_id in enumerate(keys):
+        if ids[position] is None:
             continue
         best = positions.get(model_id)
         if best is None or tested_at_key(stamps[position]) >= tested_at_key(stamps[best]):
@@ -78,15 +82,17 @@ def latest_positions(table: pa.Table) -> dict[str, int]:
     return positions
 
 
-def _conform(table: pa.Table, path: Path, *, keep_extra: bool) -> pa.Table:
-    """Cast ``table`` to :data:`SCHEMA` (missing columns null), extras kept at the end or not."""
+def _conform(
+    table: pa.Table, path: Path, *, keep_extra: bool, schema: pa.Schema = SCHEMA
+) -> pa.Table:
+    """Cast ``table`` to ``schema`` (missing columns null), extras kept at the end or not."""
     names = table.column_names
     if len(set(names)) != len(names):
         raise UnreadableResultsError(path, f"duplicate column names: {names}")
     length = table.num_rows
     arrays: list[Any] = []
     out_fields: list[pa.Field] = []
-    for schema_field in SCHEMA:
+    for schema_field in schema:
         if schema_field.name in names:
             column = table.column(schema_field.name)
             if column.type != schema_field.type:
@@ -106,14 +112,14 @@ def _conform(table: pa.Table, path: Path, *, keep_extra: bool) -> pa.Table:
         out_fields.append(schema_field)
     if keep_extra:
         for extra in table.schema:
-            if extra.name not in SCHEMA.names:
+            if extra.name not in schema.names:
                 arrays.append(table.column(extra.name))
                 out_fields.append(extra)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields, metadata=SCHEMA.metadata))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields, metadata=schema.metadata))
 
 
-def read_table(path: Path, *, keep_extra: bool = False) -> pa.Table:
-    """One parquet file through :data:`SCHEMA`.
+def read_table(path: Path, *, keep_extra: bool = False, table: Table = SUPPORT) -> pa.Table:
+    """One parquet file through :data:`SCHEMA` (``table``'s schema).
 
     Missing columns are filled with nulls, others cast to their schema type. Columns unknown to
     the schema are dropped, so that the result has exactly :data:`SCHEMA` (metadata included);
@@ -125,10 +131,10 @@ def read_table(path: Path, *, keep_extra: bool = False) -> pa.Table:
     path = Path(path)
     try:
         with pq.ParquetFile(path) as parquet_file:
-            table = parquet_file.read()
+            read = parquet_file.read()
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise UnreadableResultsError(path, f"{type(exc).__name__}: {exc}") from exc
-    return _conform(table, path, keep_extra=keep_extra)
+    return _conform(read, path, keep_extra=keep_extra, schema=table.schema)
 
 
 def _unified(parts: Sequence[pa.ChunkedArray | None], lengths: Sequence[int]) -> list[Any]:
@@ -160,33 +166,35 @@ def _unified(parts: Sequence[pa.ChunkedArray | None], lengths: Sequence[int]) ->
         ]
 
 
-def concat_tables(tables: Sequence[pa.Table]) -> pa.Table:
-    """Tables read through :data:`SCHEMA` (extras after its columns) as one table.
+def concat_tables(tables: Sequence[pa.Table], schema: pa.Schema = SCHEMA) -> pa.Table:
+    """Tables read through :data:`SCHEMA` (or ``schema``; extras after its columns) as one.
 
     The extra columns of all tables follow the schema's, in order of first appearance; a column
     absent from a table is null there, and the types of a column are unified (see
     ``_unified``). No tables give an empty table of :data:`SCHEMA`.
     """
     if not tables:
-        return SCHEMA.empty_table()
-    width = len(SCHEMA)
+        return schema.empty_table()
+    width = len(schema)
     extras = list(dict.fromkeys(name for table in tables for name in table.column_names[width:]))
     lengths = [table.num_rows for table in tables]
     columns = [[table.column(index) for index in range(width)] for table in tables]
-    fields = list(SCHEMA)
+    fields = list(schema)
     for name in extras:
         parts = [table.column(name) if name in table.column_names else None for table in tables]
         unified = _unified(parts, lengths)
         fields.append(pa.field(name, unified[0].type))
         for table_columns, column in zip(columns, unified, strict=True):
             table_columns.append(column)
-    schema = pa.schema(fields, metadata=SCHEMA.metadata)
+    unified_schema = pa.schema(fields, metadata=schema.metadata)
     return pa.concat_tables(
-        [pa.Table.from_arrays(table_columns, schema=schema) for table_columns in columns]
+        [pa.Table.from_arrays(table_columns, schema=unified_schema) for table_columns in columns]
     )
 
 
-def read_dataset(results_dir: Path, *, keep_extra: bool = False) -> pa.Table:
+def read_dataset(
+    results_dir: Path, *, keep_extra: bool = False, table: Table = SUPPORT
+) -> pa.Table:
     """Every ``<results>/data/*/*.parquet`` through :data:`SCHEMA`, concatenated.
 
     Files are read in sorted path order; hidden files (temp files, locks) are skipped. An empty
@@ -196,25 +204,27 @@ def read_dataset(results_dir: Path, *, keep_extra: bool = False) -> pa.Table:
     Raises:
         UnreadableResultsError: some file could not be read (its path is in ``.path``).
     """
+    files = data_files(results_dir, table.folder)
     return concat_tables(
-        [read_table(path, keep_extra=keep_extra) for path in data_files(results_dir)]
+        [read_table(path, keep_extra=keep_extra, table=table) for path in files], table.schema
     )
 
 
-def _is_current(schema: pa.Schema) -> bool:
+def _is_current(schema: pa.Schema, table: Table = SUPPORT) -> bool:
     """Whether a file schema is :data:`SCHEMA` (plus, possibly, extra columns at the end)."""
-    if len(schema) < len(SCHEMA):
+    ours_schema = table.schema
+    if len(schema) < len(ours_schema):
         return False
-    for ours, theirs in zip(SCHEMA, schema, strict=False):
+    for ours, theirs in zip(ours_schema, schema, strict=False):
         if ours.name != theirs.name or ours.type != theirs.type:
             return False
-    if any(extra.name in SCHEMA.names for extra in list(schema)[len(SCHEMA) :]):
+    if any(extra.name in ours_schema.names for extra in list(schema)[len(ours_schema) :]):
         return False
     metadata = schema.metadata or {}
-    return bool(metadata.get(b"neuronsupport_schema") == SCHEMA_VERSION.encode())
+    return bool(metadata.get(b"neuronsupport_schema") == table.version)
 
 
-def upgrade_file(path: Path) -> bool:
+def upgrade_file(path: Path, table: Table = SUPPORT) -> bool:
     """Rewrite a file written with an older schema so that it has :data:`SCHEMA`, atomically.
 
     Missing columns are added as nulls, columns put in schema order and cast; unknown columns
@@ -235,11 +245,11 @@ def upgrade_file(path: Path) -> bool:
             schema = pq.read_schema(path)
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise UnreadableResultsError(path, f"{type(exc).__name__}: {exc}") from exc
-        if _is_current(schema):
+        if _is_current(schema, table):
             return False
-        table = read_table(path, keep_extra=True)
+        upgraded = read_table(path, keep_extra=True, table=table)
         remove_temps(path)
-        atomic_write(path, table)
+        atomic_write(path, upgraded)
     forget_cached(path)
     return True
 
@@ -254,7 +264,7 @@ def _stat_key(path: Path) -> _StatKey:
 
 
 def _dataset_schema(
-    schemas: dict[Path, pa.Schema], unreadable: list[tuple[Path, str]]
+    schemas: dict[Path, pa.Schema], unreadable: list[tuple[Path, str]], base: pa.Schema = SCHEMA
 ) -> pa.Schema:
     """The schema every file of a dataset must have: :data:`SCHEMA`, then every extra column.
 
@@ -266,13 +276,13 @@ def _dataset_schema(
     left out.
     """
     names = list(
-        dict.fromkeys(field.name for schema in schemas.values() for field in _extras(schema))
+        dict.fromkeys(field.name for schema in schemas.values() for field in _extras(schema, base))
     )
     if not names:
-        return SCHEMA
+        return base
     parts: dict[str, list[pa.ChunkedArray]] = {name: [] for name in names}
     for path, schema in schemas.items():
-        extra = [field.name for field in _extras(schema)]
+        extra = [field.name for field in _extras(schema, base)]
         if not extra:
             continue
         try:
@@ -282,17 +292,17 @@ def _dataset_schema(
             continue
         for name in extra:
             parts[name].append(table.column(name))
-    fields = list(SCHEMA)
+    fields = list(base)
     for name in names:
         if parts[name]:
             unified = _unified(parts[name], [len(part) for part in parts[name]])
             fields.append(pa.field(name, unified[0].type))
-    return pa.schema(fields, metadata=SCHEMA.metadata)
+    return pa.schema(fields, metadata=base.metadata)
 
 
-def _extras(schema: pa.Schema) -> list[pa.Field]:
-    """The fields of a file's schema that :data:`SCHEMA` does not know."""
-    return [field for field in schema if field.name not in SCHEMA.names]
+def _extras(schema: pa.Schema, base: pa.Schema = SCHEMA) -> list[pa.Field]:
+    """The fields of a file's schema that :data:`SCHEMA` (``base``) does not know."""
+    return [field for field in schema if field.name not in base.names]
 
 
 def _to_type(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray | pa.Array:
@@ -359,7 +369,7 @@ def set_selection(path: Path, ranks: Mapping[str, int]) -> bool:
 
 
 def upgrade_dataset(
-    results_dir: Path, *, unreadable: list[tuple[Path, str]] | None = None
+    results_dir: Path, *, unreadable: list[tuple[Path, str]] | None = None, table: Table = SUPPORT
 ) -> list[Path]:
     """Rewrite the data files so that every one has exactly the same schema; return those.
 
@@ -397,22 +407,22 @@ def upgrade_dataset(
     """
     problems: list[tuple[Path, str]] = [] if unreadable is None else unreadable
     start = len(problems)
-    files = data_files(results_dir)
+    files = data_files(results_dir, table.folder)
     rewritten: list[Path] = []
     first_look: list[tuple[Path, str]] = []
-    if _uniform(_read_schemas(files, first_look)[1]):
+    if _uniform(_read_schemas(files, first_look)[1], table.schema):
         problems.extend(first_look)
         return _done(rewritten, problems, start, raising=unreadable is None)
-    with file_lock(Path(results_dir) / "data" / ".upgrade.lock", LOCK_TIMEOUT_S):
-        versions, schemas = _read_schemas(data_files(results_dir), problems)
-        if not _uniform(schemas):
-            target = _dataset_schema(schemas, problems)
+    with file_lock(Path(results_dir) / table.folder / ".upgrade.lock", LOCK_TIMEOUT_S):
+        versions, schemas = _read_schemas(data_files(results_dir, table.folder), problems)
+        if not _uniform(schemas, table.schema):
+            target = _dataset_schema(schemas, problems, table.schema)
             failed = {path for path, _ in problems[start:]}
             for path, schema in schemas.items():
                 if path in failed or schema.equals(target, check_metadata=True):
                     continue
                 try:
-                    if _upgrade_to(path, versions[path], target):
+                    if _upgrade_to(path, versions[path], target, table):
                         rewritten.append(path)
                 except UnreadableResultsError as exc:
                     problems.append((path, exc.reason))
@@ -437,26 +447,26 @@ def _read_schemas(
     return versions, schemas
 
 
-def _is_exact(schema: pa.Schema) -> bool:
+def _is_exact(schema: pa.Schema, base: pa.Schema = SCHEMA) -> bool:
     """Whether a file schema is exactly :data:`SCHEMA` (fields, metadata) plus unique extras."""
-    width = len(SCHEMA)
+    width = len(base)
     return (
-        schema.metadata == SCHEMA.metadata
+        schema.metadata == base.metadata
         and len(schema) >= width
         and all(
-            schema.field(index).equals(SCHEMA.field(index), check_metadata=True)
+            schema.field(index).equals(base.field(index), check_metadata=True)
             for index in range(width)
         )
         and len(set(schema.names)) == len(schema.names)
-        and not any(name in SCHEMA.names for name in schema.names[width:])
+        and not any(name in base.names for name in schema.names[width:])
     )
 
 
-def _uniform(schemas: dict[Path, pa.Schema]) -> bool:
+def _uniform(schemas: dict[Path, pa.Schema], base: pa.Schema = SCHEMA) -> bool:
     """Whether every schema is the same exact current one (:func:`_is_exact`); none: true."""
     first = next(iter(schemas.values()), None)
     return first is None or (
-        _is_exact(first)
+        _is_exact(first, base)
         and all(schema.equals(first, check_metadata=True) for schema in schemas.values())
     )
 
@@ -471,7 +481,7 @@ def _done(
     return rewritten
 
 
-def _upgrade_to(path: Path, version: _StatKey, target: pa.Schema) -> bool:
+def _upgrade_to(path: Path, version: _StatKey, target: pa.Schema, table: Table = SUPPORT) -> bool:
     """Rewrite ``path`` with ``target``'s columns if it is still the ``version`` read before.
 
     Returns:
@@ -486,20 +496,20 @@ def _upgrade_to(path: Path, version: _StatKey, target: pa.Schema) -> bool:
                 return False
         except FileNotFoundError:
             return False
-        table = read_table(path, keep_extra=True)
+        read = read_table(path, keep_extra=True, table=table)
         try:
-            table = _conform_extras(table, target)
+            read = _conform_extras(read, target)
         except (*_CAST_ERRORS, ValueError) as exc:
             raise UnreadableResultsError(path, f"cannot be upgraded: {exc}") from exc
         remove_temps(path)
-        atomic_write(path, table)
+        atomic_write(path, read)
     forget_cached(path)
     return True
 
 
 # find_row is called once per model when a sweep starts: cache each file's table by identity.
 _CacheKey = tuple[str, int, int, int]
-_cache: dict[str, tuple[_CacheKey, pa.Table, dict[str, int]]] = {}
+_cache: dict[str, tuple[_CacheKey, pa.Table, dict[Any, int]]] = {}
 _cache_lock = threading.Lock()
 _CACHE_FILES: Final = 16
 
@@ -510,7 +520,7 @@ def forget_cached(path: Path) -> None:
         _cache.pop(str(Path(path).absolute()), None)
 
 
-def _indexed_table(path: Path) -> tuple[pa.Table, dict[str, int]] | None:
+def _indexed_table(path: Path, table: Table = SUPPORT) -> tuple[pa.Table, dict[Any, int]] | None:
     """The table of ``path`` (extras kept) and :func:`latest_positions`; cached."""
     key_path = str(path.absolute())
     try:
@@ -523,19 +533,24 @@ def _indexed_table(path: Path) -> tuple[pa.Table, dict[str, int]] | None:
         if hit is not None and hit[0] == key:
             return hit[1], hit[2]
     try:
-        table = read_table(path, keep_extra=True)
+        read = read_table(path, keep_extra=True, table=table)
     except UnreadableResultsError:
         return None
-    index = latest_positions(table)
+    index = latest_positions(read, table.key)
     with _cache_lock:
         if len(_cache) >= _CACHE_FILES:
             _cache.pop(next(iter(_cache)))
-        _cache[key_path] = (key, table, index)
-    return table, index
+        _cache[key_path] = (key, read, index)
+    return read, index
 
 
-def find_row(results_dir: Path, pair_relpath: str, model_id: str) -> dict[str, Any] | None:
+def find_row(
+    results_dir: Path, pair_relpath: str, model_id: Any, table: Table = SUPPORT
+) -> dict[str, Any] | None:
     """The recorded row of ``model_id`` in one pair's parquet file, validated, extras included.
+
+    Of another ``table`` than the support dataset, ``model_id`` is the row's key
+    (:meth:`~pytest_neuronsupport.dataset.schema.Table.key_of`).
 
     Returns ``None`` when the file is absent or unreadable, the model has no row, or its row
     does not validate (:func:`~pytest_neuronsupport.dataset.schema.validate_row`; an extra
@@ -546,16 +561,16 @@ def find_row(results_dir: Path, pair_relpath: str, model_id: str) -> dict[str, A
     Raises:
         ValueError: ``pair_relpath`` is not a valid pair path.
     """
-    target = Path(results_dir) / "data" / check_relpath(pair_relpath)
-    indexed = _indexed_table(target)
+    target = Path(results_dir) / table.folder / check_relpath(pair_relpath)
+    indexed = _indexed_table(target, table)
     if indexed is None:
         return None
-    table, index = indexed
+    read, index = indexed
     position = index.get(model_id)
     if position is None:
         return None
-    record = table.slice(position, 1).to_pylist()[0]
+    record = read.slice(position, 1).to_pylist()[0]
     try:
-        return validate_row(record)
+        return validate_row(record, table)
     except ValueError:
         return None

@@ -97,6 +97,8 @@ class ScriptPlan:
     packages: tuple[str, ...] = ()
     #: Whether the run is repeated under PyTorch's minifier (``minify.py``, not ``run.py``).
     minified: bool = False
+    #: The script's file name, as its header tells how to run it (``train.py``: a training run).
+    script_name: str = "run.py"
 
 
 # --- writing the script --------------------------------------------------------------------------
@@ -118,7 +120,7 @@ def header(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
     on_top += sorted(set(plan.packages))
     lines = [
         "#!/usr/bin/env python3",
-        "# pytest-neuronsupport run, standalone: `python3 run.py` prints the verdict,"
+        f"# pytest-neuronsupport run, standalone: `python3 {plan.script_name}` prints the verdict,"
         " `--result F` writes it",
         f"# model: {_safe(params.model_id)}",
         f"# runner: {_safe(plan.runner_column)}  device: {_safe(params.device)}  "

@@ -214,7 +214,8 @@ class Pipeline:
         its repro (:mod:`.minify`)."""
         params, code = self.script(planned, needs)
         script = run_py.with_name(minify.SCRIPT)
-        script.write_text(render(params, replace(code, minified=True), self.stack), "utf-8")
+        code = replace(code, minified=True, script_name=minify.SCRIPT)
+        script.write_text(render(params, code, self.stack), "utf-8")
         s = self.settings
         overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None  # made
         outcome = self.execute(planned, script, overlay, s.minify_timeout_s)

@@ -8,9 +8,12 @@ classes here; a script holds the class its run uses, and nothing of the other de
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
+import platform
 import resource
+import sys
 
 import torch
 
@@ -108,6 +111,80 @@ class NeuronRankOps(NeuronOps):
 
     def rank_device(self, rank: int) -> str:
         return "neuron"
+
+
+class CpuTrainOps(CpuOps):
+    """The CPU for a training script: its memory cap is an address-space limit, and its peak
+    memory the address space mapped beyond what the process had when the cap was set (what the
+    cap counts)."""
+
+    base = 0
+
+    def limit_memory(self, gb: float | None) -> None:
+        """Let the process map at most ``gb`` more (RLIMIT_AS; None: no limit): past it
+        torch's allocator raises instead of the kernel killing the process. Before the cap,
+        malloc is made to map what the trial allocates (:func:`map_what_is_allocated`), so that
+        the cap counts the same memory whatever process the trial was forked from."""
+        if gb is not None:
+            map_what_is_allocated()
+            self.base = status_bytes("VmSize")
+        limit = resource.RLIM_INFINITY if gb is None else self.base + int(gb * 1e9)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    def peak_gb(self) -> float:
+        """The most address space mapped beyond the cap's base (GB); without a cap, the peak
+        resident set."""
+        if not self.base:
+            return super().peak_gb()
+        return max(0, status_bytes("VmPeak") - self.base) / 1e9
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``), and the size from which an allocation is
+#: mapped on its own (glibc's initial threshold, fixed: every tensor that matters is above it).
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+MMAP_THRESHOLD = 128 * 1024
+
+
+def map_what_is_allocated() -> None:
+    """Make glibc's malloc count under RLIMIT_AS what it allocates from now on.
+
+    An address-space limit counts mappings, and glibc hands out memory it mapped long before:
+    its mmap threshold is dynamic (it rises up to 32 MB once a large mapped block is freed, and
+    larger allocations then come from the heap, whose free space a forked process inherits
+    from its parent's history), and each thread may get an arena of its own, whose 64 MB of
+    reserved address space is counted when made and used later for free. So the largest batch
+    that fit depended on which process the trial was forked from. Fixed here: the threshold
+    at 128 KiB (which also stops its adjustment), one arena, and the heap's free top given
+    back. A C library that is not glibc is left as it is (a note in the run's log)."""
+    if platform.libc_ver()[0] != "glibc":
+        print("[neuronsupport] not glibc: malloc left as it is under the cap", file=sys.stderr)
+        return
+    libc = ctypes.CDLL(None)
+    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    libc.mallopt(M_ARENA_MAX, 1)
+    libc.malloc_trim(0)
+
+
+def status_bytes(name: str) -> int:
+    """A size of ``/proc/self/status`` (``VmSize``, ``VmPeak``...), in bytes."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(f"{name}:"):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"no {name} in /proc/self/status")
+
+
+class CudaTrainOps(CudaOps):
+    """A GPU for a training script: its own memory is the cap."""
+
+    def limit_memory(self, gb: float | None) -> None: ...
+
+
+class NeuronTrainOps(NeuronOps):
+    """A NeuronCore for a training script: its own memory is the cap."""
+
+    def limit_memory(self, gb: float | None) -> None: ...
 
 
 def init_process_group(backend: str) -> None:

@@ -33,6 +33,7 @@ class Result(StrEnum):
     FAIL_LOAD = "FAIL(load)"
     FAIL_GEN = "FAIL(gen)"
     FAIL_FORWARD = "FAIL(forward)"
+    FAIL_TRAIN = "FAIL(train)"
     FAIL_OUTPUT = "FAIL(output)"
     FAIL_OTHER = "FAIL(other)"
     EXCLUDED = "EXCLUDED"

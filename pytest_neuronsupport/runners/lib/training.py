@@ -1,0 +1,296 @@
+"""Training: does the model train, and does a batch of this size fit in the device's memory?
+
+One training step is forward, loss, backward and an optimizer step (AdamW), in the run's
+precision (autocast in bf16 or fp16 over fp32 weights on accelerators, fp32 on the CPU), on a
+fixed batch of language-modelling data: a short text shipped in this script, tokenized by the
+model's own tokenizer and cut into samples of ``seq_len`` tokens. The loss is the causal LM
+loss for decoders, the masked-LM loss for encoders with an MLM head, the head's own loss for
+classification heads.
+
+``PARAMS["trial"]`` says what this run is:
+
+* ``"check"``: one step eagerly on the CPU in fp32 (the reference), one compiled on the device;
+  the losses, gradient norms and parameter updates must agree within ``sqrt(eps(dtype))``
+  (PASS), else FAIL(output); a step that raises is FAIL(train).
+* ``"search"``: a few steps at ``PARAMS["batch"]``, eager (``mode`` native) or compiled, under
+  the memory cap: ``fits`` is true, or false with ``out_of_memory`` when the device (or the
+  CPU's address-space limit) ran out of memory; any other error is FAIL(train).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import math
+import time
+from typing import Any
+
+import torch
+import torch._dynamo
+import transformers
+
+from pytest_neuronsupport.runners.lib.models import (
+    RunFailure,
+    compile_forward,
+    load_tokenizer,
+    step,
+    torch_dtype,
+)
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line, phase
+
+#: The training text: plain English, cycled to fill every sample.
+TEXT = (
+    "The future of AI is a question that people ask at dinner tables and in classrooms. "
+    "My name is Wolfgang and I live in Berlin, a large city with many parks and museums. "
+    "A language model reads a sequence of tokens and predicts the next token, one step at a "
+    "time. A classifier reads a sentence and decides whether it is positive or negative. "
+    "In the spring the trees in the park turn green again and people sit outside in the cafes. "
+    "A good test is small, fast and honest: it checks one thing and fails for one reason."
+)
+#: Loss heads by the suffix of the checkpoint's architecture: (objective, auto class).
+OBJECTIVES = (
+    ("ForCausalLM", "causal-lm", "AutoModelForCausalLM"),
+    ("LMHeadModel", "causal-lm", "AutoModelForCausalLM"),
+    ("ForMaskedLM", "masked-lm", "AutoModelForMaskedLM"),
+    ("ForSequenceClassification", "classification", "AutoModelForSequenceClassification"),
+)
+#: What an out-of-memory says, whoever raises it (torch's CPU allocator, CUDA, the runtime).
+OUT_OF_MEMORY = (
+    "out of memory",
+    "defaultcpuallocator",
+    "can't allocate memory",
+    "bad_alloc",
+    "resource_exhausted",
+    "memoryerror",
+)
+LEARNING_RATE = 1e-3
+#: What compiling imports on first use, imported before a compiled trial's cap: the fork
+#: server has imported them (``pipeline.isolate.PRELOAD``), and ``python3 train.py`` in a fresh
+#: interpreter must not count them under its cap when a forked run does not.
+COMPILE_IMPORTS = (
+    "torch._functorch.aot_autograd",
+    "torch._inductor.compile_fx",
+    "transformers.generation.utils",
+    "transformers.processing_utils",
+)
+
+
+def train(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+    """The trial ``PARAMS`` asks for: the correctness check, or one batch of the search."""
+    # no progress bars: a forked run inherits its parent's choice, and a bar starts tqdm's
+    # monitor thread, whose stack is address space the cap would count in one run, not another
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    with step("load", Result.FAIL_LOAD):
+        tokenizer = load_tokenizer(params)
+        config = transformers.AutoConfig.from_pretrained(
+            params["checkpoint"], revision=params.get("revision"), trust_remote_code=False
+        )
+        objective, auto_class = objective_of(config)
+        # what loading and compiling import, imported before the memory cap counts
+        auto_class._model_mapping[type(config)]
+        if params["trial"] == "search" and params["mode"] == "compiled":
+            for module in COMPILE_IMPORTS:
+                importlib.import_module(module)
+            torch._dynamo.lookup_backend(params["backend"])
+    if params["trial"] == "check":
+        return check(params, ops, tokenizer, auto_class, objective)
+    return search_trial(params, ops, tokenizer, auto_class, objective)
+
+
+def objective_of(config: Any) -> tuple[str, Any]:
+    """The loss the checkpoint trains with, and the auto class that loads it with its head."""
+    for architecture in config.architectures or ():
+        for suffix, objective, auto_class in OBJECTIVES:
+            if architecture.endswith(suffix):
+                return objective, getattr(transformers, auto_class)
+    raise ValueError(f"no training objective for the architectures {config.architectures}")
+
+
+def check(
+    params: dict[str, Any], ops: Any, tokenizer: Any, auto_class: Any, objective: str
+) -> dict[str, Any]:
+    """One eager CPU fp32 step and one compiled device step on the same batch, compared."""
+    batch = make_batch(tokenizer, objective, params["check_batch"], params["seq_len"])
+    with step("reference", Result.FAIL_LOAD):
+        reference = load_model(auto_class, params, "cpu")
+    with step("train", Result.FAIL_TRAIN):
+        ref = one_step(reference, batch, "cpu", None)
+    with step("load", Result.FAIL_LOAD):
+        model = load_model(auto_class, params, params["device"])
+    with step("train", Result.FAIL_TRAIN):
+        compile_forward(params, model)
+        got = one_step(model, batch, params["device"], autocast_dtype(params))
+    tolerance = math.sqrt(torch.finfo(torch_dtype(params["dtype"])).eps)
+    delta_ref, delta = ref.pop("delta"), got.pop("delta")
+    param_error = float((delta - delta_ref).norm() / delta_ref.norm().clamp_min(1e-30))
+    failed = [
+        name
+        for name, bad in (
+            ("loss", abs(got["loss"] - ref["loss"]) > tolerance * max(1.0, abs(ref["loss"]))),
+            ("grad_norm", abs(got["grad_norm"] - ref["grad_norm"]) > tolerance * ref["grad_norm"]),
+            ("params", not param_error <= tolerance),
+        )
+        if bad
+    ]
+    numbers = {
+        "objective": objective,
+        "loss_ref": ref["loss"],
+        "loss": got["loss"],
+        "grad_norm_ref": ref["grad_norm"],
+        "grad_norm": got["grad_norm"],
+        "param_error": param_error,
+        "tolerance": tolerance,
+        "rule": "|loss - ref| <= tol * max(1, |ref|); |gnorm - ref| <= tol * ref; "
+        "|dtheta - dtheta_ref| / |dtheta_ref| <= tol; tol = sqrt(eps(dtype))",
+    }
+    if failed:
+        notes = f"differs from the eager CPU fp32 step: {', '.join(failed)} beyond {tolerance:.3g}"
+        return {"result": Result.FAIL_OUTPUT, "notes": notes, **numbers}
+    return {"result": Result.PASS, "notes": "matches the eager CPU fp32 step", **numbers}
+
+
+def search_trial(
+    params: dict[str, Any], ops: Any, tokenizer: Any, auto_class: Any, objective: str
+) -> dict[str, Any]:
+    """A few training steps at ``batch`` under the memory cap: do they fit?
+
+    An error that says it is out of memory means they do not. Another error under a cap is
+    told apart by running the same steps again in this process with the cap lifted: if they
+    then pass, the cap caused it (address space a library could not map: oneDNN's "could not
+    create a primitive", a thread that could not start) and the batch does not fit; if they
+    fail again, the error is real: FAIL(train)."""
+    batch = make_batch(tokenizer, objective, params["batch"], params["seq_len"])
+    trial = {"objective": objective, "batch": params["batch"], "mode": params["mode"]}
+    ops.limit_memory(params["memory_gb"])
+    phase("train")
+    try:
+        timings = train_steps(params, ops, auto_class, batch)
+    except Exception as exc:
+        ops.limit_memory(None)
+        why = first_line(f"{type(exc).__name__}: {exc}")
+        if not out_of_memory(exc):
+            if params["memory_gb"] is None:
+                raise RunFailure(Result.FAIL_TRAIN, exc) from exc
+            try:
+                train_steps(params, ops, auto_class, batch)
+            except Exception:
+                raise RunFailure(Result.FAIL_TRAIN, exc) from exc
+            why = f"{why} (under the cap only: the same steps pass without it)"
+        return {"result": Result.PASS, "fits": False, "out_of_memory": why, **trial}
+    peak_gb = ops.peak_gb()
+    ops.limit_memory(None)
+    samples = params["batch"] * params["steps"]
+    return {
+        "result": Result.PASS,
+        "fits": True,
+        "samples_per_s": samples / max(timings["steps_s"], 1e-9),
+        "peak_gb": peak_gb,
+        **timings,
+        **trial,
+    }
+
+
+def train_steps(params: dict[str, Any], ops: Any, auto_class: Any, batch: Any) -> dict[str, float]:
+    """Load, compile (mode ``compiled``), one warm-up step, ``steps`` timed steps: the seconds
+    of loading, of the first step (with compiling) and of the timed steps."""
+    started = time.perf_counter()
+    model = load_model(auto_class, params, params["device"], train_mode=True)
+    if params["mode"] == "compiled":
+        compile_forward(params, model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    ops.reset_peak()
+    loaded = time.perf_counter()
+    one_step(model, batch, params["device"], autocast_dtype(params), optimizer)
+    ops.synchronize()
+    warm = time.perf_counter()
+    for _ in range(params["steps"]):
+        one_step(model, batch, params["device"], autocast_dtype(params), optimizer)
+    ops.synchronize()
+    done = time.perf_counter()
+    return {"load_s": loaded - started, "first_step_s": warm - loaded, "steps_s": done - warm}
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, says the device (or the CPU's memory
+    limit) ran out of memory (dynamo wraps a ``MemoryError`` met while tracing in its own)."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+            return True
+        if isinstance(error, OSError) and error.errno == errno.ENOMEM:
+            return True
+        text = str(error).lower()
+        if any(mark in text for mark in OUT_OF_MEMORY):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def autocast_dtype(params: dict[str, Any]) -> Any:
+    """Mixed precision's dtype (None: fp32, no autocast)."""
+    return None if params["dtype"] == "float32" else torch_dtype(params["dtype"])
+
+
+def load_model(
+    auto_class: Any, params: dict[str, Any], device: str, train_mode: bool = False
+) -> Any:
+    """The model in fp32 on ``device``; in eval mode unless asked (no dropout: the check's two
+    steps compute the same function)."""
+    model = auto_class.from_pretrained(
+        params["checkpoint"],
+        revision=params.get("revision"),
+        dtype=torch.float32,
+        trust_remote_code=False,
+    ).to(device)
+    return model.train() if train_mode else model.eval()
+
+
+def make_batch(tokenizer: Any, objective: str, size: int, seq_len: int) -> dict[str, Any]:
+    """``size`` samples of ``seq_len`` tokens of :data:`TEXT`, each starting further on, with
+    the labels of ``objective`` (the LM's own tokens; every 7th token masked for masked-LM; the
+    sample's index modulo 2 for a classifier)."""
+    tokens = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    rows = [[tokens[(7 * i + j) % len(tokens)] for j in range(seq_len)] for i in range(size)]
+    input_ids = torch.tensor(rows, dtype=torch.long)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    if objective == "causal-lm":
+        batch["labels"] = input_ids.clone()
+    elif objective == "masked-lm":
+        masked = (torch.arange(seq_len) % 7 == 3).expand(size, seq_len)
+        batch["labels"] = torch.where(masked, input_ids, torch.full_like(input_ids, -100))
+        batch["input_ids"] = torch.where(
+            masked, torch.full_like(input_ids, tokenizer.mask_token_id), input_ids
+        )
+    else:
+        batch["labels"] = torch.arange(size) % 2
+    return batch
+
+
+def one_step(
+    model: Any, batch: dict[str, Any], device: str, amp: Any, optimizer: Any = None
+) -> dict[str, Any]:
+    """Forward, loss, backward, optimizer step: the loss, the gradient norm and (without an
+    ``optimizer`` given: a fresh AdamW) the parameters' update."""
+    before = None
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        before = flat_parameters(model)
+    inputs = {k: v.to(device) for k, v in batch.items()}
+    with torch.autocast(device_type=device, dtype=amp or torch.float32, enabled=amp is not None):
+        loss = model(**inputs).loss
+    loss.backward()
+    grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    grad_norm = torch.stack(grads).norm()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    done = {"loss": float(loss.detach().float()), "grad_norm": float(grad_norm)}
+    if before is not None:
+        done["delta"] = flat_parameters(model) - before
+    return done
+
+
+def flat_parameters(model: Any) -> Any:
+    """Every parameter, on the CPU in fp32, as one vector."""
+    return torch.cat([p.detach().float().cpu().reshape(-1) for p in model.parameters()])
