@@ -118,6 +118,11 @@ def parser() -> argparse.ArgumentParser:
         "train-report", help="the training table: largest batch native and compiled, per model"
     )
     _results(train)
+
+    perf = sub.add_parser(
+        "perf", help="the performance tables (encoders, decoders, encoder-decoders)"
+    )
+    _results(perf)
     return p
 
 
@@ -328,6 +333,15 @@ def _train_report(args: argparse.Namespace) -> int:
     return 0 if not lines[0].startswith("no training results") else 1
 
 
+def _perf(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.perf import perf_report
+
+    results = Path(args.results or options.BY_NAME["results"].default)
+    lines = perf_report(results)
+    print("\n".join(lines))
+    return 0 if not lines[0].startswith("no performance results") else 1
+
+
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("zoo", "list"): _zoo_list,
     ("zoo", "build"): _zoo_build,
@@ -342,6 +356,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("upgrade", None): _upgrade,
     ("merge", None): _merge,
     ("train-report", None): _train_report,
+    ("perf", None): _perf,
 }
 
 

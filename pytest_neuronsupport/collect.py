@@ -13,7 +13,9 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_neuronsupport import report
+from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
+from pytest_neuronsupport.pipeline.bench import Benchmark
 from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
 from pytest_neuronsupport.pipeline.steps import NotRun, Pipeline
 from pytest_neuronsupport.pipeline.training import Training
@@ -68,14 +70,24 @@ class ModelItem(pytest.Item):
         self.trains = spec.mode == "train" or pipeline.settings.train
         #: The table its row goes to.
         self.table = "train" if self.trains else "support"
+        #: Its performance rows (``--neuron-bench``), one per configuration.
+        self.perf_rows: list[dict[str, Any]] = []
         self.add_marker("neuronsupport")
 
     def runtest(self) -> None:
         tried = (Training(self.pipeline) if self.trains else self.pipeline).test(self.spec)
+        benches = self.pipeline.settings.bench and not self.trains
         if isinstance(tried, NotRun):
             self.unchanged = tried.unchanged
+            if benches and tried.unchanged:  # benchmarked all the same: the model runs
+                recorded = find_row(
+                    self.pipeline.settings.results, self.pipeline.pair, self.spec.id
+                )
+                self.perf_rows = Benchmark(self.pipeline).test(self.spec, recorded)
             skip_model(tried.reason)
         self.row = tried.row
+        if benches:
+            self.perf_rows = Benchmark(self.pipeline).test(self.spec, tried.row)
         self.user_properties.extend(report.junit_properties(tried.row))
         outcome = PYTEST_OUTCOMES[Result(tried.row["result"])]
         if outcome == "failed":

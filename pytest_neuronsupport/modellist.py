@@ -17,6 +17,9 @@ A list looks like::
     mode = "train"                # optional: a training test (default "inference"; every
                                   #   entry is one under --neuron-train)
     seq_len = 512                 # optional: tokens per training sample (default 128)
+    bench_batch = [1, 16]         # optional, with --neuron-bench: its configurations, instead
+    bench_seq_len = [128]         #   of the options' (--neuron-bench-batch, -seq-len, -io)
+    bench_io = ["128/128"]
 
 Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
 line and the entry. This module imports only the standard library and ``huggingface_hub``'s
@@ -55,6 +58,9 @@ _KEYS = {
     "notes",
     "mode",
     "seq_len",
+    "bench_batch",
+    "bench_seq_len",
+    "bench_io",
 }
 MODES = ("inference", "train")
 #: Tokens per training sample unless the entry says.
@@ -92,6 +98,10 @@ class ModelSpec:
     mode: str = "inference"
     #: Tokens per training sample (None: :data:`DEFAULT_SEQ_LEN`).
     seq_len: int | None = None
+    #: Benchmark configurations of this model (None: the options').
+    bench_batch: tuple[int, ...] | None = None
+    bench_seq_len: tuple[int, ...] | None = None
+    bench_io: tuple[tuple[int, int], ...] | None = None
 
     @property
     def is_zoo(self) -> bool:
@@ -154,6 +164,22 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise _fail(source, line, label, f"'{key}' must be a positive integer")
+    bench: dict[str, Any] = {}
+    try:
+        for key in ("bench_batch", "bench_seq_len", "bench_io"):
+            value = raw.get(key)
+            if value is not None and not (isinstance(value, list) and value):
+                raise ValueError(f"'{key}' must be a non-empty list")
+            if value is not None:
+                text = ",".join(str(v) for v in value if not isinstance(v, bool))
+                if key == "bench_io":
+                    bench[key] = parse_io(text)
+                else:
+                    bench[key] = parse_sizes(text) if all(isinstance(v, int) for v in value) else ()
+                if not bench[key] or len(bench[key]) != len(value):
+                    raise ValueError(f"'{key}' = {value!r}: not a list of positive sizes")
+    except ValueError as exc:
+        raise _fail(source, line, label, str(exc)) from None
     model_id: str = raw["id"]
     problem = check_model_id(model_id)
     if problem:
@@ -199,7 +225,42 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
         notes=raw.get("notes"),
         mode=raw.get("mode", "inference"),
         seq_len=raw.get("seq_len"),
+        **bench,
     )
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1,16"`` → ``(1, 16)``: positive integers, comma-separated.
+
+    Raises:
+        ValueError: something else.
+    """
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"{text!r}: expected positive integers like 1,16") from None
+    if any(size < 1 for size in sizes):
+        raise ValueError(f"{text!r}: sizes must be positive")
+    return sizes
+
+
+def parse_io(text: str) -> tuple[tuple[int, int], ...]:
+    """``"128/128,2048/128"`` → ``((128, 128), (2048, 128))``: input/output token lengths; the
+    output is at least 2 tokens (TPOT needs two).
+
+    Raises:
+        ValueError: something else.
+    """
+    pairs = []
+    for part in text.split(","):
+        first, slash, second = part.strip().partition("/")
+        if not slash:
+            raise ValueError(f"{part!r}: expected INPUT/OUTPUT lengths like 128/128")
+        pair = parse_sizes(first)[0], parse_sizes(second)[0]
+        if pair[1] < 2:
+            raise ValueError(f"{part!r}: at least 2 output tokens (TPOT needs two)")
+        pairs.append(pair)
+    return tuple(pairs)
 
 
 def parse(source: Path, runners: Runners | None = None, text: str | None = None) -> list[ModelSpec]:

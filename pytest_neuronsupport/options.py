@@ -23,7 +23,14 @@ import pytest
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.dataset.layout import is_shared
 from pytest_neuronsupport.devices import Device
-from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
+from pytest_neuronsupport.modellist import (
+    ModelListError,
+    default_lists,
+    parse_io,
+    parse_sizes,
+    resolve_paths,
+)
+from pytest_neuronsupport.pricing import PRICES
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 from pytest_neuronsupport.shards import Shard, ShardError, from_environment
 from pytest_neuronsupport.shards import parse as parse_shard
@@ -175,6 +182,37 @@ OPTIONS: tuple[Option, ...] = (
         default=256,
     ),
     Option(
+        "bench",
+        "after each model's support run, benchmark it: throughput, latency percentiles, TTFT "
+        "and TPOT, compiled and eager (rows in <results>/perf; `neuronsupport perf` prints them)",
+        kind="flag",
+    ),
+    Option("bench-batch", "batch sizes to benchmark, e.g. 1,16 (default 1)", "B[,B...]"),
+    Option("bench-seq-len", "encoders' sequence lengths (default 128)", "N[,N...]", default="128"),
+    Option(
+        "bench-io",
+        "generation's input/output lengths, e.g. 128/128,2048/128 (default 128/128)",
+        "IN/OUT[,...]",
+        default="128/128",
+    ),
+    Option("bench-rounds", "timed rounds per configuration (default 10)", "N", kind="int"),
+    Option("bench-warmup", "untimed warm-up rounds after compiling (default 2)", "N", kind="size"),
+    Option(
+        "bench-replicas",
+        "data parallel: replicas of a one-core model run at the same time, one per leased "
+        "core (default 1)",
+        "N",
+        kind="int",
+    ),
+    Option(
+        "price-per-hour", "hourly price of the machine, for the cost per 1M", "USD", kind="float"
+    ),
+    Option(
+        "instance",
+        "instance type whose on-demand price (README's table) gives the cost per 1M",
+        choices=tuple(PRICES),
+    ),
+    Option(
         "isolation",
         "fork: runs forked from a warm server (default); fresh: a new python",
         choices=ISOLATIONS,
@@ -267,6 +305,17 @@ class Settings:
     train: bool = False
     #: The training batch search's cap.
     train_max_batch: int = 256
+    #: Benchmark each model after its support run (``--neuron-bench``), and how.
+    bench: bool = False
+    bench_batch: tuple[int, ...] = (1,)
+    bench_seq_len: tuple[int, ...] = (128,)
+    bench_io: tuple[tuple[int, int], ...] = ((128, 128),)
+    bench_rounds: int = 10
+    bench_warmup: int = 2
+    bench_replicas: int = 1
+    #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
+    price_per_hour: float | None = None
+    instance: str | None = None
 
     @property
     def core_capacity_gb(self) -> float:
@@ -387,4 +436,27 @@ def settings_from(config: pytest.Config) -> Settings:
         leases=values.path("leases", default_leases()),
         train=bool(config.getoption("neuron_train")),
         train_max_batch=int(values.number("train-max-batch") or BY_NAME["train-max-batch"].default),
+        **bench_settings(values),
     )
+
+
+def bench_settings(values: _Values) -> dict[str, Any]:
+    """The benchmark's settings (``--neuron-bench*``, the price)."""
+    try:
+        batch = parse_sizes(values.text("bench-batch") or "1")
+        seq_len = parse_sizes(values.text("bench-seq-len") or "128")
+        io = parse_io(values.text("bench-io") or "128/128")
+    except ValueError as exc:
+        raise pytest.UsageError(f"neuronsupport: {exc}") from None
+    rounds, warmup = values.number("bench-rounds"), values.number("bench-warmup")
+    return {
+        "bench": bool(values.config.getoption("neuron_bench")),
+        "bench_batch": batch,
+        "bench_seq_len": seq_len,
+        "bench_io": io,
+        "bench_rounds": int(rounds or 10),
+        "bench_warmup": 2 if warmup is None else int(warmup),
+        "bench_replicas": int(values.number("bench-replicas") or 1),
+        "price_per_hour": values.number("price-per-hour"),
+        "instance": values.text("instance"),
+    }

@@ -25,6 +25,7 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import pair_path, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
+from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_to_json
 from pytest_neuronsupport.dataset.shared import SharedResults
 from pytest_neuronsupport.dataset.store import UnreadableResultsError, find_row, set_selection
@@ -44,6 +45,8 @@ ROW_ATTRIBUTE = "neuronsupport_row"
 UNCHANGED_ATTRIBUTE = "neuronsupport_unchanged"
 #: The report attribute naming the table of a row other than the support dataset's.
 TABLE_ATTRIBUTE = "neuronsupport_table"
+#: The report attribute that carries a model's performance rows (``--neuron-bench``).
+PERF_ATTRIBUTE = "neuronsupport_perf_rows"
 #: pytest's short letters of each outcome.
 _LETTERS = {"passed": ".", "failed": "F", "skipped": "s"}
 
@@ -56,6 +59,8 @@ class SweepSession:
     stack: dict[str, str | None] = field(default_factory=installed_stack)
     #: The rows recorded by this process (the controller's: every model's).
     rows: list[dict[str, Any]] = field(default_factory=list)
+    #: The performance rows recorded by this process (``--neuron-bench``).
+    perf_rows: list[dict[str, Any]] = field(default_factory=list)
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -120,6 +125,8 @@ class SweepSession:
                 if item.table == SUPPORT.name:
                     self.hold_against_baseline(rep, item.row, item.user_properties)
             setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
+            if item.perf_rows:
+                setattr(rep, PERF_ATTRIBUTE, item.perf_rows)
         return rep
 
     def pytest_collection_modifyitems(
@@ -156,6 +163,8 @@ class SweepSession:
             return
         row = getattr(report, ROW_ATTRIBUTE, None)
         model_id = report.nodeid.rsplit("::", 1)[-1]
+        for perf_row in getattr(report, PERF_ATTRIBUTE, None) or ():
+            self.record(perf_row, PERF)
         if row is not None:
             self.record(row, table_named(getattr(report, TABLE_ATTRIBUTE, SUPPORT.name)))
             self.show_progress(model_id, row, report)
@@ -208,6 +217,12 @@ class SweepSession:
             tr.write_line(failure)
         dataset = pair_path(s.results, compiler, version, LIBRARY, self.pipeline.library_version)
         tr.write_line(f"dataset: {dataset}")
+        if self.perf_rows:
+            where = s.results / PERF.folder / self.pipeline.pair
+            tr.write_line(
+                f"performance: {len(self.perf_rows)} rows in {where} (`neuronsupport perf` "
+                "prints them)"
+            )
         if any("seq_len" in row for row in self.rows):
             trained = s.results / TRAIN.folder / self.pipeline.pair
             tr.write_line(f"training: {trained} (`neuronsupport train-report` prints it)")
@@ -351,7 +366,7 @@ class SweepSession:
         if table is not SUPPORT:  # a training row: journaled; not published nor held (yet)
             if self.journal is not None:
                 self.journal.append(self.pipeline.pair, row, table)
-            self.rows.append(row)
+            (self.perf_rows if table is PERF else self.rows).append(row)
             return
         try:
             row_to_json(row)

@@ -331,12 +331,15 @@ def _check_value(prefix: str, name: str, type_: pa.DataType, value: object) -> o
         if not isinstance(value, str):
             raise ValueError(f"{prefix}{name} must be a str, got {type(value).__name__}")
         return _plain(value)
-    if pa.types.is_int32(type_):
+    if pa.types.is_int32(type_) or pa.types.is_int64(type_):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{prefix}{name} must be an int, got {type(value).__name__}")
         number = int(value)
-        if not _INT32_MIN <= number <= _INT32_MAX:
-            raise ValueError(f"{prefix}{name} does not fit in int32: {number}")
+        low, high = (
+            (_INT32_MIN, _INT32_MAX) if pa.types.is_int32(type_) else (_INT64_MIN, _INT64_MAX)
+        )
+        if not low <= number <= high:
+            raise ValueError(f"{prefix}{name} does not fit in {type_}: {number}")
         return number
     if pa.types.is_float64(type_):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table
 from pytest_neuronsupport.dataset.training import TRAIN
 
 __all__ = ["TABLES", "table_named"]
 
-TABLES: Final[dict[str, Table]] = {table.name: table for table in (SUPPORT, TRAIN)}
+TABLES: Final[dict[str, Table]] = {table.name: table for table in (SUPPORT, TRAIN, PERF)}
 
 
 def table_named(name: object) -> Table:

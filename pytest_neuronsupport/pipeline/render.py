@@ -99,6 +99,8 @@ class ScriptPlan:
     minified: bool = False
     #: The script's file name, as its header tells how to run it (``train.py``: a training run).
     script_name: str = "run.py"
+    #: Where :attr:`entry` is defined (a benchmark's entry is in its own module).
+    entry_module: str = ENTRY_MODULE
 
 
 # --- writing the script --------------------------------------------------------------------------
@@ -178,7 +180,7 @@ def render(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
     script = Selection(tuple(dict.fromkeys([INTERNAL, plan.runner_module.split(".")[0]])))
     script._claim("PARAMS", ("script", "PARAMS"))
     script.add(plan.runner_module, plan.runner_entry)
-    script.add(ENTRY_MODULE, plan.entry)
+    script.add(plan.entry_module, plan.entry)
     script.add(DEVICE_OPS_MODULE, plan.ops_class)
     run, entry = plan.runner_entry, (plan.runner_module, plan.runner_entry)
     if plan.judged:

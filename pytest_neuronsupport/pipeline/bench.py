@@ -1,0 +1,343 @@
+"""A model's benchmark (``--neuron-bench``): after its support run, one performance row per
+configuration (:data:`~pytest_neuronsupport.dataset.perf.PERF`).
+
+:meth:`Benchmark.test` reuses the :class:`~pytest_neuronsupport.pipeline.steps.Pipeline`'s pieces
+(plan, sizing, leases, executor, the stack) and renders one standalone ``bench.py`` per
+configuration from :mod:`pytest_neuronsupport.runners.lib.bench`
+(``<run_dir>/bench-<configuration>/bench.py``), run isolated on leased cores: one core, or one
+per data-parallel replica. Its raw per-round timings become the row's figures through
+:mod:`pytest_neuronsupport.runners.lib.measures`; a benchmark that fails, crashes or times out
+gives a row saying so and no figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport import pricing
+from pytest_neuronsupport.dataset import layout
+from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.schema import row_to_json, validate_row
+from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.peaks import documented as documented_peaks
+from pytest_neuronsupport.pipeline import classify, packages
+from pytest_neuronsupport.pipeline.isolate import Outcome, RunRequest
+from pytest_neuronsupport.pipeline.plan import Plan, plan
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.sizing import size
+from pytest_neuronsupport.pipeline.steps import Pipeline
+from pytest_neuronsupport.runners.lib import measures
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+from pytest_neuronsupport.stack import LIBRARY
+
+#: The run-side module the benchmark scripts are made of (its entry and the script's).
+BENCH_MODULE = "pytest_neuronsupport.runners.lib.bench"
+#: What each runner's models are benchmarked as; other runners are not benchmarked (yet).
+KINDS = {"dense": "decoder", "seq2seq": "encoder-decoder", "encoder": "encoder"}
+#: Throughput's unit and the cost's, by kind.
+UNITS = {
+    "encoder": ("inferences/s", "per 1M inferences"),
+    "decoder": ("output tokens/s", "per 1M tokens"),
+    "encoder-decoder": ("tokens/s", "per 1M tokens"),
+}
+#: The support results after which a model is benchmarked: it ran.
+BENCHED = (Result.PASS, Result.FAIL_OUTPUT)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration of a model's benchmark."""
+
+    kind: str
+    batch: int
+    seq_len: int | None = None  # encoders
+    input_len: int | None = None  # generation
+    output_len: int | None = None
+    replicas: int = 1
+
+    @property
+    def key(self) -> str:
+        """``b16-s128-dp1`` or ``b1-i128-o128-dp1``."""
+        shape = (
+            f"s{self.seq_len}"
+            if self.kind == "encoder"
+            else f"i{self.input_len}-o{self.output_len}"
+        )
+        return f"b{self.batch}-{shape}-dp{self.replicas}"
+
+    def columns(self) -> dict[str, Any]:
+        total = (
+            self.seq_len
+            if self.kind == "encoder"
+            else (self.input_len or 0) + (self.output_len or 0)
+        )
+        return {
+            "configuration": self.key,
+            "kind": self.kind,
+            "batch": self.batch,
+            "seq_len": total,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "dp_degree": self.replicas,
+            "run_mode": "Data Parallel",
+        }
+
+
+def configurations(kind: str, spec: ModelSpec, s: Any, replicas: int) -> list[Configuration]:
+    """The list entry's configurations, else the options': every batch with every sequence
+    length (encoders) or input/output lengths (generation)."""
+    batches = spec.bench_batch or s.bench_batch
+    if kind == "encoder":
+        return [
+            Configuration(kind, b, seq_len=n, replicas=replicas)
+            for b in batches
+            for n in spec.bench_seq_len or s.bench_seq_len
+        ]
+    return [
+        Configuration(kind, b, input_len=i, output_len=o, replicas=replicas)
+        for b in batches
+        for i, o in spec.bench_io or s.bench_io
+    ]
+
+
+@dataclass(frozen=True)
+class BenchParams(RunParams):
+    """A benchmark script's ``PARAMS``: the run's, and the configuration's."""
+
+    kind: str = "decoder"
+    batch: int = 1
+    seq_len: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    rounds: int = 10
+    warmup: int = 2
+    replicas: int = 1
+    #: The machine's peaks measured earlier (None: the script measures them).
+    peaks: dict[str, Any] | None = None
+
+
+class Benchmark:
+    """The benchmark of one model at a time, with one sweep's pipeline."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.settings = pipeline.settings
+
+    @property
+    def peaks_path(self) -> Path:
+        """Where this machine's measured peaks are kept, per device and dtype."""
+        s = self.settings
+        return s.cache / "peaks" / f"{s.device.name}-{s.dtype}.json"
+
+    def peaks(self) -> dict[str, Any] | None:
+        """The documented peaks of the instance's cores (on Neuron), else those measured
+        earlier on this machine, else None (the benchmark measures them)."""
+        s = self.settings
+        if s.device.name == "neuron":
+            table = documented_peaks(s.instance, s.dtype)
+            if table is not None:
+                return table
+        try:
+            value = json.loads(self.peaks_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def test(self, spec: ModelSpec, support: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The model's performance rows (JSON form), one per configuration; none when its
+        support run did not run it (no row, nothing measured)."""
+        if support is None or support.get("result") not in BENCHED:
+            return []
+        base = self.base_row(spec)
+        try:
+            rows = self._test(spec, base)
+        except Exception:  # a bug of ours must not cost the model its rows
+            error = traceback.format_exc()
+            why = f"pytest-neuronsupport could not benchmark it: {error.strip().splitlines()[-1]}"
+            rows = [{**base, "configuration": "-", **classify.crashed(why, error)}]
+        recorded = []
+        for row in rows:
+            row = {k: v for k, v in row.items() if k in PERF.docs}
+            try:
+                recorded.append(row_to_json(validate_row(row, PERF), PERF))
+            except ValueError as exc:
+                kept = {k: row.get(k) for k in (*classify.KEPT, "configuration")}
+                fields = classify.crashed(f"its row could not be recorded: {exc}")
+                recorded.append(row_to_json({**kept, **fields}, PERF))
+        return recorded
+
+    def base_row(self, spec: ModelSpec) -> dict[str, Any]:
+        s = self.settings
+        compiler, version = self.pipeline.compiler
+        cost = pricing.price(s.price_per_hour, s.instance)
+        return {
+            "model_id": spec.id,
+            "library": LIBRARY,
+            "task": spec.task,
+            "revision": spec.revision,
+            "device": s.device.name,
+            "backend": s.backend,
+            "compiler": compiler,
+            "compiler_version": version,
+            "dtype": s.dtype,
+            "instance_type": s.instance,
+            "price_per_hour": None if cost is None else cost[0],
+            "price_source": None if cost is None else cost[1],
+            "tested_at": datetime.now(UTC).isoformat(),
+            **self.pipeline.stack,
+        }
+
+    def _test(self, spec: ModelSpec, base: dict[str, Any]) -> list[dict[str, Any]]:
+        s = self.settings
+        planned = size(
+            plan(spec, s.cache, self.pipeline.runners),
+            max_cores=s.max_cores,
+            device_cores=s.device.core_count(),
+            core_capacity_gb=s.core_capacity_gb,
+        )
+        runner = planned.runner
+        if planned.exclusion is not None or planned.load_error is not None or runner is None:
+            return []
+        kind = KINDS.get(runner.name)
+        if kind is None or planned.cores > 1:
+            why = f"no benchmark for {runner.column}" if kind is None else "no benchmark on "
+            why += "" if kind is None else f"{planned.cores} cores (tensor parallel) yet"
+            fields = {"result": Result.EXCLUDED, "notes": why, "configuration": "-"}
+            return [{**base, **fields, "runner": runner.column, "neuron_cores": planned.cores}]
+        # one replica per leased core; leases are aligned powers of two
+        replicas = 1 << (max(1, min(s.bench_replicas, s.device.core_count())).bit_length() - 1)
+        return [
+            {**base, **self.one(spec, planned, config)}
+            for config in configurations(kind, spec, s, replicas)
+        ]
+
+    def one(self, spec: ModelSpec, planned: Plan, config: Configuration) -> dict[str, Any]:
+        """Render, run and read one configuration's benchmark: its row's fields."""
+        s, runner = self.settings, planned.runner
+        assert runner is not None
+        params = BenchParams(
+            model_id=spec.id,
+            checkpoint=planned.checkpoint,
+            runner="bench",
+            device=s.device.name,
+            backend=s.backend,
+            dtype=s.dtype,
+            fullgraph=s.device.fullgraph,
+            revision=planned.revision,
+            kind=config.kind,
+            batch=config.batch,
+            seq_len=config.seq_len,
+            input_len=config.input_len,
+            output_len=config.output_len,
+            rounds=s.bench_rounds,
+            warmup=s.bench_warmup,
+            replicas=config.replicas,
+            peaks=self.peaks(),
+        )
+        code = ScriptPlan(
+            runner_module=BENCH_MODULE,
+            runner_entry="bench",
+            entry="main_bench",
+            entry_module=BENCH_MODULE,
+            ops_class=s.device.rank_ops if config.replicas > 1 else s.device.ops,
+            runner_column=runner.column,
+            imported_backend=":" in s.backend,
+            packages=spec.packages,
+            script_name="bench.py",
+        )
+        text = render(params, code, self.pipeline.stack)
+        folder = layout.run_dir(s.results, self.pipeline.pair, spec.id) / f"bench-{config.key}"
+        fields: dict[str, Any] = {
+            **config.columns(),
+            "runner": runner.column,
+            "neuron_cores": planned.cores,
+            "rounds": s.bench_rounds,
+            "warmup_rounds": s.bench_warmup,
+            "run_py": text,
+            "run_py_sha256": sha256(text),
+        }
+        outcome = self.run(text, folder / "bench.py", config.replicas, spec.packages)
+        verdict = outcome.verdict
+        if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
+            ran = classify.ran(outcome)
+            fields.update({k: ran.get(k) for k in ("result", "notes", "error", "wall_s")})
+            return fields
+        fields.update(self.figures(config, verdict, params.peaks))
+        fields["wall_s"] = outcome.wall_s
+        return fields
+
+    def figures(
+        self, config: Configuration, verdict: dict[str, Any], peaks: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A passed benchmark's figures: timed, against eager, cost and roofline."""
+        if peaks is None and isinstance(verdict.get("peaks"), dict):
+            peaks = verdict["peaks"]
+            self.peaks_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.peaks_path, json.dumps(peaks, sort_keys=True))
+        kind, input_len = config.kind, config.input_len or 0
+        fields: dict[str, Any] = {"result": Result.PASS, "notes": verdict.get("notes")}
+        fields.update(measures.figures(kind, verdict["replicas"], config.batch, input_len))
+        eager = measures.figures(kind, [verdict["rounds_eager"]], config.batch, input_len)
+        fields.update(
+            compile_s=verdict.get("compile_s"),
+            warmup_s=verdict.get("warmup_s"),
+            eager_latency_ms_p50=eager["latency_ms_p50"],
+            eager_latency_ms_mean=eager["latency_ms_mean"],
+            eager_latency_ms_stdev=eager["latency_ms_stdev"],
+            eager_throughput=eager["throughput"],
+            speedup_vs_eager=eager["latency_ms_mean"] / fields["latency_ms_mean"],
+        )
+        fields["throughput_unit"], fields["cost_unit"] = UNITS[kind]
+        cost = pricing.price(self.settings.price_per_hour, self.settings.instance)
+        if cost is not None:
+            fields["cost_per_million"] = measures.cost_per_million(cost[0], fields["throughput"])
+        model = verdict.get("model") or {}
+        fields.update(params=model.get("params"), weight_bytes=model.get("weight_bytes"))
+        fields.update(measures.roofline(kind, {**config.columns(), **fields}, model, peaks))
+        fields["timings"] = json.dumps(
+            {"replicas": verdict["replicas"], "eager": verdict["rounds_eager"]}
+        )
+        ran_on = {k: verdict.get(k) for k in ("threads", "cpus")}
+        fields["check"] = json.dumps({"model": model, "peaks": peaks, **ran_on}, sort_keys=True)
+        return fields
+
+    def run(self, text: str, script: Path, cores: int, needs: tuple[str, ...] = ()) -> Outcome:
+        """Write a benchmark script and run it isolated on ``cores`` leased cores."""
+        p, s = self.pipeline, self.settings
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(text, encoding="utf-8")
+        overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
+        env = dict(os.environ)
+        for name, value in (
+            ("PYTHONUNBUFFERED", "1"),
+            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+            ("TOKENIZERS_PARALLELISM", "false"),
+        ):
+            env.setdefault(name, value)
+        env.update(s.device.run_env(s.cache))
+        env.pop(REFERENCE_ENV, None)
+        with p.allocator.lease(cores) as lease:
+            env.update(s.device.pin_env(lease.cores))
+            request = RunRequest(
+                script=script,
+                cwd=s.workdir,
+                env=env,
+                verdict_path=script.parent / "verdict.json",
+                log_path=script.parent / "output.log",
+                timeout_s=s.timeout_s,
+                max_memory_gb=s.max_memory_gb,
+                cpus=s.device.cpus(lease.cores),
+                python_path=() if overlay is None else (overlay,),
+            )
+
+            def started(pid: int) -> None:
+                p.allocator.add_pid(lease, pid)
+
+            return p.executor.run(request, started=started)

@@ -1,0 +1,120 @@
+"""The performance tables as the seed prints them: encoders, decoders, encoder-decoders.
+
+One block per pair (``<compiler>-<v> / <library>-<v>``) and kind, one line per model and
+configuration. Every timed figure is shown with its spread (``P50 (±stdev)`` or its P99 beside
+it); a configuration flagged ``noisy`` (P99 over twice P50) is marked ``!``. A row without
+figures (a failed or excluded benchmark) shows its result and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport.dataset.layout import data_files
+from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.store import read_table
+
+__all__ = ["perf_report"]
+
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _n(value: object, digits: int = 2) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.{digits}f}"
+
+
+def _money(value: object) -> str:
+    return "-" if not isinstance(value, int | float) else f"${value:.3f}"
+
+
+def _thr(row: dict[str, Any]) -> str:
+    flag = "!" if row.get("noisy") else ""
+    return f"{_n(row.get('throughput'))} ±{_n(row.get('throughput_round_stdev'), 1)}{flag}"
+
+
+_COMMON_HEAD: Sequence[Column] = (
+    ("Model", lambda r: str(r["model_id"])),
+    ("Config", lambda r: str(r["configuration"])),
+)
+_COMMON_TAIL: Sequence[Column] = (
+    ("Cost per 1M", lambda r: _money(r.get("cost_per_million"))),
+    ("vs eager", lambda r: _n(r.get("speedup_vs_eager")) + "x"),
+    ("Roofline", lambda r: _n(r.get("roofline_fraction"), 4)),
+    ("Compile s", lambda r: _n(r.get("compile_s"))),
+    ("Run Mode", lambda r: str(r.get("run_mode") or "-")),
+    ("DP", lambda r: str(r.get("dp_degree") or "-")),
+    ("Batch", lambda r: str(r.get("batch") or "-")),
+    ("dtype", lambda r: str(r.get("dtype") or "-")),
+)
+COLUMNS: dict[str, Sequence[Column]] = {
+    "encoder": (
+        *_COMMON_HEAD,
+        ("Throughput (inference/sec)", _thr),
+        ("Latency P50 (ms)", lambda r: _n(r.get("latency_ms_p50"))),
+        ("Latency P99 (ms)", lambda r: _n(r.get("latency_ms_p99"))),
+        *_COMMON_TAIL,
+        ("Seq", lambda r: str(r.get("seq_len") or "-")),
+    ),
+    "decoder": (
+        *_COMMON_HEAD,
+        ("Output Token Throughput (tokens/sec)", _thr),
+        ("TTFT P50 (ms)", lambda r: _n(r.get("ttft_ms_p50"))),
+        ("TTFT P99 (ms)", lambda r: _n(r.get("ttft_ms_p99"))),
+        ("TPOT P50 (ms)", lambda r: _n(r.get("tpot_ms_p50"))),
+        ("TPOT P99 (ms)", lambda r: _n(r.get("tpot_ms_p99"))),
+        *_COMMON_TAIL,
+        ("TP", lambda r: str(r.get("neuron_cores") or "-")),
+        ("In", lambda r: str(r.get("input_len") or "-")),
+        ("Out", lambda r: str(r.get("output_len") or "-")),
+        ("Hourly", lambda r: _n(r.get("price_per_hour"))),
+    ),
+    "encoder-decoder": (
+        *_COMMON_HEAD,
+        ("Throughput (tokens/second)", _thr),
+        ("Latency per Token P50 (ms)", lambda r: _n(r.get("token_latency_ms_p50"))),
+        ("Latency per Token P99 (ms)", lambda r: _n(r.get("token_latency_ms_p99"))),
+        *_COMMON_TAIL,
+        ("TP", lambda r: str(r.get("neuron_cores") or "-")),
+        ("In", lambda r: str(r.get("input_len") or "-")),
+        ("Out", lambda r: str(r.get("output_len") or "-")),
+    ),
+}
+TITLES = {"encoder": "Encoder Models", "decoder": "Decoder Models"}
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[Column]) -> list[str]:
+    header = [name for name, _ in columns]
+    cells = [[cell(row) for _, cell in columns] for row in rows]
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in [header, *cells]
+    ]
+
+
+def perf_report(results: Path) -> list[str]:
+    """The lines of the performance tables of every pair under ``results`` (none: one line)."""
+    lines: list[str] = []
+    for path in data_files(results, PERF.folder):
+        rows = read_table(path, table=PERF).to_pylist()
+        lines.append(f"{path.parent.name} / {path.stem}")
+        for kind, columns in COLUMNS.items():
+            measured = [r for r in rows if r.get("kind") == kind and r["result"] == "PASS"]
+            if measured:
+                lines.append(f"\n{TITLES.get(kind, 'Encoder-Decoder Models')}")
+                lines.extend(_table(measured, columns))
+        failed = [r for r in rows if r["result"] != "PASS"]
+        if failed:
+            lines.append("\nWithout figures")
+            lines.extend(
+                f"{r['model_id']}  {r['configuration']}  {r['result']}  {r.get('notes') or ''}"
+                for r in failed
+            )
+        lines.append(
+            "\n± the standard deviation over the timed rounds; ! noisy (a P99 over twice its "
+            "P50); vs eager: eager latency / compiled latency; roofline: fraction of the peak"
+        )
+        lines.append("")
+    return lines or [f"no performance results under {results / PERF.folder}"]
