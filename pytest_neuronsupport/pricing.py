@@ -1,12 +1,11 @@
-"""On-demand hourly prices of the instance types the seed's tables use, with their source.
+"""On-demand hourly prices of the instance types the Trn1 performance tables use, with their
+source: only figures we can source are in the table.
 
-Source: AWS, "Amazon EC2 On-Demand Pricing" (https://aws.amazon.com/ec2/pricing/on-demand/),
-US East (N. Virginia), Linux, as listed in 2024; the seed's tables use the same figures
-(trn1.32xlarge at $21.50). Prices change: ``--neuron-price-per-hour`` overrides the table.
-
-To verify: only trn1.32xlarge ($21.50, the seed's "On-Demand hourly rate") and trn1.2xlarge
-($1.34, which the seed's encoder costs imply: 3098.91 inferences/s at $0.120 per 1M) are
-checked against the seed; the other figures were not checked against AWS's page.
+Source: AWS Neuron documentation, "Trn1/Trn1n Inference Performance" (last update April 30th,
+2024): its decoder tables list trn1.32xlarge's "On-Demand hourly rate" as $21.50; its encoder
+tables' costs imply $1.34 an hour for trn1.2xlarge (3098.91 inferences/s at $0.120 per 1M
+inferences, $1.34 / 3600 / 3098.91 * 1e6 = $0.120). Prices change and other instance types are
+not listed: ``--neuron-price-per-hour`` gives any price (and overrides the table).
 """
 
 from __future__ import annotations
@@ -17,13 +16,8 @@ from typing import Final
 PRICES: Final[dict[str, float]] = {
     "trn1.2xlarge": 1.34,
     "trn1.32xlarge": 21.50,
-    "trn1n.32xlarge": 24.78,
-    "inf2.xlarge": 0.76,
-    "inf2.8xlarge": 1.97,
-    "inf2.24xlarge": 6.49,
-    "inf2.48xlarge": 12.98,
 }
-PRICE_SOURCE: Final = "AWS EC2 On-Demand pricing, us-east-1, Linux (2024)"
+PRICE_SOURCE: Final = "AWS Neuron docs, Trn1/Trn1n Inference Performance (April 2024)"
 
 
 def price(per_hour: float | None, instance: str | None) -> tuple[float, str] | None:
