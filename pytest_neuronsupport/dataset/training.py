@@ -61,6 +61,11 @@ TRAIN_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("dtype", pa.string()),
         pa.field("run_py_sha256", pa.string()),
         pa.field("check", pa.string()),
+        # why it fails (the correctness check's compiled step): as in the support table
+        pa.field("error_site", pa.string()),
+        pa.field("graph_count", pa.int32()),
+        pa.field("graph_breaks", pa.int32()),
+        pa.field("graph_break_reasons", pa.list_(pa.field("element", pa.string()))),
     ],
     metadata={"neuronsupport_schema": "train-1"},
 )
@@ -119,6 +124,10 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
         "(`search_native`, `search_compiled`) its start, every trial (batch, fits, seconds), "
         "the batch it stopped at and the out-of-memory message there."
     ),
+    "error_site": "Where the check's failure was raised, inside the compiler (as in `data/`).",
+    "graph_count": "Graphs dynamo compiled in the check's compiled step (backward included).",
+    "graph_breaks": "Graph breaks dynamo took in the check's compiled step.",
+    "graph_break_reasons": "The distinct graph-break reasons, each with its user frame.",
 }
 """One sentence per column of :data:`TRAIN_SCHEMA`."""
 
