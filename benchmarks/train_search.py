@@ -84,7 +84,7 @@ def report(results: Path, seq_len: int) -> None:
             found = row[f"batch_{mode}"]
             doubling = find_batch(int(found or 0).__ge__, int(row["max_batch"]))
             print(
-                f"  {mode}: batch {found} in {len(walls)} trials from {search['start']} "
+                f"  {mode}: batch {found} in {len(walls)} trials from {search.get('start', 1)} "
                 f"(doubling from 1: {len(doubling.trials)}), {sum(walls):.1f} s: "
                 f"load {inside['load_s']:.1f}, first step (compiling) "
                 f"{inside['first_step_s']:.1f}, timed steps {inside['steps_s']:.1f}, "
