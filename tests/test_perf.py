@@ -26,7 +26,7 @@ from pytest_neuronsupport.runners.lib.measures import (
     roofline,
     spread,
 )
-from pytest_neuronsupport.views.perf import perf_report
+from pytest_neuronsupport.views.perf import COLUMNS, perf_report, perf_tables
 from tests.sweeping import SweepRunner
 
 PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
@@ -109,7 +109,7 @@ def test_cost_per_million_reproduces_the_seed_tables() -> None:
     # Llama-3-8B, trn1.32xlarge at $21.5/h: 933.5 tokens/s, $6.398 per 1M tokens
     assert cost_per_million(21.5, 933.5) == pytest.approx(6.398, abs=5e-4)
     hourly = price(None, "trn1.32xlarge")
-    assert hourly is not None and hourly[0] == 21.5 and "On-Demand" in hourly[1]
+    assert hourly is not None and hourly[0] == 21.5 and "Inference Performance" in hourly[1]
     assert price(2.0, "trn1.32xlarge") == (2.0, "--neuron-price-per-hour")
     assert price(None, None) is None
 
@@ -186,6 +186,27 @@ def test_perf_rows_journal_and_merge_by_model_and_configuration(tmp_path: Path) 
     assert "Encoder Models" in text and "Throughput (inference/sec)" in text
     assert "zoo:t5  b1-i8-o4-dp1  FAIL(gen)  it raised" in text
     assert perf_report(tmp_path / "none")[0].startswith("no performance results")
+
+
+def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
+    """The page shows :func:`perf_tables`; the text report is made of the same cells."""
+    noisy = _perf_row("zoo:bert", "b1-s128-dp1", batch=1, throughput=123.456, noisy=True)
+    with Journal(tmp_path) as journal:
+        journal.append(
+            PAIR, {**noisy, "throughput_round_stdev": 1.5, "speedup_vs_eager": 2.0}, PERF
+        )
+        journal.append(PAIR, _perf_row("zoo:t5", "-", result="EXCLUDED", notes=None), PERF)
+    assert merge_journals(tmp_path).ok
+    (entry,) = perf_tables(tmp_path)
+    assert entry.pair == PAIR.removesuffix(".parquet").replace("/", " / ")
+    (grid,) = entry.tables
+    assert grid.title == "Encoder Models"
+    assert grid.header == tuple(name for name, _ in COLUMNS["encoder"])
+    (cells,) = grid.cells
+    assert cells[:3] == ("zoo:bert", "b1-s128-dp1", "123.46 ±1.5!")
+    assert dict(zip(grid.header, cells, strict=True))["vs eager"] == "2.00x"
+    assert entry.failed == (("zoo:t5", "-", "EXCLUDED", ""),)
+    assert perf_report(tmp_path)[2:4] == grid.lines()
 
 
 @pytest.mark.slow
