@@ -9,14 +9,21 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_neuronsupport.dataset.journal import Journal
+from pytest_neuronsupport.dataset.merge import merge_journals
+from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.failures import pair_failures
 from pytest_neuronsupport.views.page import write_page
+from pytest_neuronsupport.views.perf import FAILED_HEADER, perf_tables
+from pytest_neuronsupport.views.training import train_tables
 from tests.results_for_tests import pair_of, result_row, write_results
 
 if TYPE_CHECKING:
@@ -85,6 +92,78 @@ def _rows() -> list[dict[str, Any]]:
 
 
 ROWS = _rows()
+PERF_PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
+
+
+def _perf_and_train_rows(results: Path) -> None:
+    """A few performance and training rows, through their tables' journal and merge."""
+    now = datetime.now(UTC)
+    common: dict[str, Any] = {"tested_at": now, "dtype": "float32", "dp_degree": 1, "batch": 1}
+    perf = [
+        {
+            **common,
+            "model_id": "zoo:bert",
+            "configuration": "b1-s128-dp1",
+            "kind": "encoder",
+            "result": "PASS",
+            "seq_len": 128,
+            "throughput": 123.456,
+            "throughput_round_stdev": 1.5,
+            "latency_ms_p50": 8.1,
+            "latency_ms_p99": 20.0,
+            "noisy": True,
+            "cost_per_million": 0.0123,
+            "speedup_vs_eager": 1.5,
+            "roofline_fraction": 0.01234,
+        },
+        {
+            **common,
+            "model_id": "zoo:gpt2",
+            "configuration": "b1-i8-o4-dp1",
+            "kind": "decoder",
+            "result": "PASS",
+            "throughput": 50.0,
+            "ttft_ms_p50": 3.0,
+            "tpot_ms_p99": 4.0,
+            "input_len": 8,
+            "output_len": 4,
+        },
+        {
+            **common,
+            "model_id": "zoo:t5",
+            "configuration": "b1-i8-o4-dp1",
+            "kind": "encoder-decoder",
+            "result": "FAIL(gen)",
+            "notes": "<b>it raised</b>",
+        },
+    ]
+    train = [
+        {
+            "model_id": "zoo:gpt2",
+            "seq_len": 128,
+            "objective": "causal-lm",
+            "precision": "fp32",
+            "result": "PASS",
+            "batch_native": 8,
+            "batch_compiled": 16,
+            "batch_compiled_capped": True,
+            "batch_ratio": 2.0,
+            "samples_per_s_native": 10.0,
+            "samples_per_s_compiled": 20.0,
+            "peak_gb_native": 1.5,
+            "peak_gb_compiled": 2.25,
+            "memory_cap_gb": 4.0,
+            "tested_at": now,
+        },
+        {"model_id": "zoo:bert-mlm", "seq_len": 128, "result": "FAIL(train)", "tested_at": now},
+    ]
+    with Journal(results) as journal:
+        for row in perf:
+            journal.append(PERF_PAIR, row, PERF)
+        for row in train:
+            journal.append(PERF_PAIR, row, TRAIN)
+        path = journal.path
+    assert merge_journals(results, include=[path]).ok
 
 
 @dataclass
@@ -121,7 +200,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_results(tmp_path_factory.mktemp("results"), ROWS)
+    results = write_results(tmp_path_factory.mktemp("results"), ROWS)
+    _perf_and_train_rows(results)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +386,38 @@ def test_failures_grouped_as_the_command_groups_them(watched: Watched, results: 
     detail.locator("#detail-close").click()
     page.click('button[data-view="all"]')
     assert not page.locator("#failures").is_visible() and len(watched.models()) == len(ROWS)
+
+
+def test_performance_and_training_views(watched: Watched, results: Path) -> None:
+    """The tables of ``neuronsupport perf`` and ``train-report``, cell for cell (same code)."""
+    page = watched.page
+    cells = """els => els.map(t => [...t.rows].map(r => [...r.cells].map(c => c.textContent)))"""
+    page.click('button[data-view="perf"]')
+    assert page.locator("#perf").is_visible() and not page.locator("#rows-table").is_visible()
+    (perf,) = perf_tables(results)
+    expected = [[list(g.header), *map(list, g.cells)] for g in perf.tables]
+    expected.append([list(FAILED_HEADER), *map(list, perf.failed)])
+    assert page.locator("#perf table").evaluate_all(cells) == expected
+    titles = page.locator("#perf h4").all_text_contents()
+    assert titles == ["Encoder Models", "Decoder Models", "Without figures"]
+    assert expected[0][1][2] == "123.46 ±1.5!"  # throughput, its spread, and the noisy flag
+    assert expected[2][1][3] == "<b>it raised</b>"  # shown as text (no <b> on the page)
+    page.click('button[data-view="train"]')
+    assert page.locator("#train").is_visible() and not page.locator("#perf").is_visible()
+    (train,) = train_tables(results)
+    shown = page.locator("#train table").evaluate_all(cells)
+    assert shown == [[list(train.grid.header), *map(list, train.grid.cells)]]
+    assert shown[0][2][:6] == ["zoo:gpt2", "causal-lm", "fp32", "128", "8", "16*"]
+    assert "memory cap GB: 4.0, None" in str(page.locator("#train h3").text_content())
+    page.click('button[data-view="all"]')
+    assert not page.locator("#train").is_visible() and len(watched.models()) == len(ROWS)
+
+
+def test_views_without_performance_or_training_rows_say_so(tmp_path: Path) -> None:
+    html = write_page(write_results(tmp_path / "results", ROWS[:1]), tmp_path / "site")
+    text = html.read_text(encoding="utf-8")
+    assert 'id="no-perf"' in text and 'id="no-train"' in text
+    assert "report-table" not in text.split("</style>")[1]
 
 
 def test_markup_in_data_stays_text(watched: Watched) -> None:

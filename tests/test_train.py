@@ -27,7 +27,7 @@ from pytest_neuronsupport.pipeline.isolate import (
 from pytest_neuronsupport.pipeline.training import TRIAL_ENV, find_batch, precision
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, out_of_memory
-from pytest_neuronsupport.views.training import train_report
+from pytest_neuronsupport.views.training import train_report, train_tables
 from tests.sweeping import SweepRunner
 
 PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
@@ -144,6 +144,10 @@ def test_training_rows_go_through_the_journal_and_merge_of_their_table(tmp_path:
     lines = train_report(tmp_path)
     assert lines[1].split()[:2] == ["model", "objective"]
     assert lines[2].split()[:6] == ["zoo:gpt2", "causal-lm", "fp32", "128", "8", "16*"]
+    (entry,) = train_tables(tmp_path)  # what the page shows: the same cells
+    assert entry.pair == PAIR.removesuffix(".parquet").replace("/", " / ")
+    assert entry.grid.lines() == lines[1:4]
+    assert entry.grid.cells[0][-3:] == ("-", "-", "PASS")  # peak memory native, compiled
 
 
 def test_model_lists_say_mode_and_seq_len(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ templates next to this module (autoescaped): counts per result, stacked bars per
 SVG, and a table of every row that the page's own script filters (search, result, pair, task),
 orders (the selection, by task) and opens (a row's details, its ``run.py`` and ``repro.py``), and
 each pair's failures grouped by cause (:mod:`.failures`, as ``neuronsupport failures`` groups
-them, rendered by the template). The rows reach
+them, rendered by the template), and the performance and training tables (:mod:`.perf` and
+:mod:`.training`, the same cells as ``neuronsupport perf`` and ``train-report``). The rows reach
 the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
 with ``textContent`` only, and a Content-Security-Policy lets nothing but that script run and
 nothing load from the network.
@@ -32,6 +33,10 @@ from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
 from pytest_neuronsupport.views.lookup import pairs
+from pytest_neuronsupport.views.perf import FAILED_HEADER, PerfPair, perf_tables
+from pytest_neuronsupport.views.perf import NOTE as PERF_NOTE
+from pytest_neuronsupport.views.training import NOTE as TRAIN_NOTE
+from pytest_neuronsupport.views.training import TrainPair, train_tables
 
 __all__ = ["write_page"]
 
@@ -214,6 +219,10 @@ def _failures(results_dir: Path, raw: list[dict[str, Any]]) -> list[dict[str, An
     return shown
 
 
+def _by_pair(entry: PerfPair | TrainPair) -> list[str | int]:
+    return _natural_key(entry.pair)
+
+
 def _script_hash(env: jinja2.Environment) -> str:
     """The CSP source (``'sha256-...'``) of the page's script, rendered as the page includes it."""
     script = env.get_template("page.js").render()
@@ -246,6 +255,8 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
     times = [row["tested_at"] for row in raw if row["tested_at"] is not None]
     tasks = sorted({row["task"] for row in rows})
     failures = _failures(Path(results_dir), raw)
+    perf: list[PerfPair] = sorted(perf_tables(Path(results_dir)), key=_by_pair)
+    train: list[TrainPair] = sorted(train_tables(Path(results_dir)), key=_by_pair)
     env = _environment()
     html = env.get_template("index.html").render(
         rows=rows,
@@ -257,6 +268,11 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         chart=chart,
         failures=failures,
         no_repro=NO_REPRO,
+        perf=perf,
+        perf_note=PERF_NOTE,
+        failed_header=FAILED_HEADER,
+        train=train,
+        train_note=TRAIN_NOTE,
         latest=max(times).isoformat(timespec="seconds") if times else None,
         script_hash=_script_hash(env),
         data={"rows": rows, "results": legend, "tasks": tasks},

@@ -9,6 +9,7 @@ figures (a failed or excluded benchmark) shows its result and why.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from pytest_neuronsupport.dataset.layout import data_files
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.store import read_table
 
-__all__ = ["perf_report"]
+__all__ = ["Grid", "PerfPair", "perf_report", "perf_tables"]
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
 
@@ -84,37 +85,82 @@ COLUMNS: dict[str, Sequence[Column]] = {
 TITLES = {"encoder": "Encoder Models", "decoder": "Decoder Models"}
 
 
-def _table(rows: list[dict[str, Any]], columns: Sequence[Column]) -> list[str]:
-    header = [name for name, _ in columns]
-    cells = [[cell(row) for _, cell in columns] for row in rows]
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    return [
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-        for line in [header, *cells]
-    ]
+NOTE = (
+    "± the standard deviation over the timed rounds; ! noisy (a P99 over twice its "
+    "P50); vs eager: eager latency / compiled latency; roofline: fraction of the peak"
+)
+"""The legend of the performance tables' signs."""
+FAILED_HEADER = ("Model", "Config", "Result", "Notes")
+"""The columns of a pair's rows without figures."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A table as the reports show it: a title, the column names, and each line's cells."""
+
+    title: str
+    header: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+
+    def lines(self) -> list[str]:
+        """The header and the cells, each column padded to its widest text."""
+        widths = [
+            max(len(line[i]) for line in [self.header, *self.cells])
+            for i in range(len(self.header))
+        ]
+        return [
+            "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+            for line in [self.header, *self.cells]
+        ]
+
+
+@dataclass(frozen=True)
+class PerfPair:
+    """One pair's performance tables (one per kind with figures) and its rows without figures."""
+
+    pair: str
+    tables: tuple[Grid, ...]
+    failed: tuple[tuple[str, ...], ...]
+
+
+def _grid(title: str, rows: list[dict[str, Any]], columns: Sequence[Column]) -> Grid:
+    return Grid(
+        title,
+        tuple(name for name, _ in columns),
+        tuple(tuple(cell(row) for _, cell in columns) for row in rows),
+    )
+
+
+def perf_tables(results: Path) -> list[PerfPair]:
+    """Every pair's performance tables under ``results``, in the order of the files."""
+    shown: list[PerfPair] = []
+    for path in data_files(results, PERF.folder):
+        rows = read_table(path, table=PERF).to_pylist()
+        tables = []
+        for kind, columns in COLUMNS.items():
+            measured = [r for r in rows if r.get("kind") == kind and r["result"] == "PASS"]
+            if measured:
+                tables.append(_grid(TITLES.get(kind, "Encoder-Decoder Models"), measured, columns))
+        failed = tuple(
+            (str(r["model_id"]), str(r["configuration"]), str(r["result"]), r.get("notes") or "")
+            for r in rows
+            if r["result"] != "PASS"
+        )
+        shown.append(PerfPair(f"{path.parent.name} / {path.stem}", tuple(tables), failed))
+    return shown
 
 
 def perf_report(results: Path) -> list[str]:
     """The lines of the performance tables of every pair under ``results`` (none: one line)."""
     lines: list[str] = []
-    for path in data_files(results, PERF.folder):
-        rows = read_table(path, table=PERF).to_pylist()
-        lines.append(f"{path.parent.name} / {path.stem}")
-        for kind, columns in COLUMNS.items():
-            measured = [r for r in rows if r.get("kind") == kind and r["result"] == "PASS"]
-            if measured:
-                lines.append(f"\n{TITLES.get(kind, 'Encoder-Decoder Models')}")
-                lines.extend(_table(measured, columns))
-        failed = [r for r in rows if r["result"] != "PASS"]
-        if failed:
+    for entry in perf_tables(results):
+        lines.append(entry.pair)
+        for grid in entry.tables:
+            lines.append(f"\n{grid.title}")
+            lines.extend(grid.lines())
+        if entry.failed:
             lines.append("\nWithout figures")
-            lines.extend(
-                f"{r['model_id']}  {r['configuration']}  {r['result']}  {r.get('notes') or ''}"
-                for r in failed
-            )
-        lines.append(
-            "\n± the standard deviation over the timed rounds; ! noisy (a P99 over twice its "
-            "P50); vs eager: eager latency / compiled latency; roofline: fraction of the peak"
-        )
+            lines.extend("  ".join(line) for line in entry.failed)
+        lines.append(f"\n{NOTE}")
         lines.append("")
     return lines or [f"no performance results under {results / PERF.folder}"]

@@ -134,10 +134,13 @@
   }
 
   function render() {
-    const failures = state.view === "failures";
-    byId("failures").hidden = !failures;
+    // the failures, performance and training views are sections of their own, without filters
+    const section = ["failures", "perf", "train"].includes(state.view);
+    for (const id of ["failures", "perf", "train"]) {
+      byId(id).hidden = state.view !== id;
+    }
     for (const node of explorer.querySelectorAll(".filters, #rows-table")) {
-      node.hidden = failures;
+      node.hidden = section;
     }
     let shown = rows.filter(matches);
     if (state.view === "selection") {
@@ -163,7 +166,7 @@
       table.append(body);
     }
     byId("shown").textContent = `${shown.length} of ${rows.length} rows`;
-    byId("no-match").hidden = failures || shown.length > 0;
+    byId("no-match").hidden = section || shown.length > 0;
     for (const button of document.querySelectorAll(".views button")) {
       button.setAttribute("aria-pressed", String(button.dataset.view === state.view));
     }
