@@ -13,7 +13,6 @@ gives a row saying so and no figures.
 from __future__ import annotations
 
 import json
-import os
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,13 +27,13 @@ from pytest_neuronsupport.dataset.schema import row_to_json, validate_row
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.peaks import documented as documented_peaks
 from pytest_neuronsupport.pipeline import classify, packages
-from pytest_neuronsupport.pipeline.isolate import Outcome, RunRequest
+from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan, plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.pipeline.steps import Pipeline
 from pytest_neuronsupport.runners.lib import measures
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.stack import LIBRARY
 
 #: The run-side module the benchmark scripts are made of (its entry and the script's).
@@ -314,30 +313,4 @@ class Benchmark:
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(text, encoding="utf-8")
         overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
-        env = dict(os.environ)
-        for name, value in (
-            ("PYTHONUNBUFFERED", "1"),
-            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-            ("TOKENIZERS_PARALLELISM", "false"),
-        ):
-            env.setdefault(name, value)
-        env.update(s.device.run_env(s.cache))
-        env.pop(REFERENCE_ENV, None)
-        with p.allocator.lease(cores) as lease:
-            env.update(s.device.pin_env(lease.cores))
-            request = RunRequest(
-                script=script,
-                cwd=s.workdir,
-                env=env,
-                verdict_path=script.parent / "verdict.json",
-                log_path=script.parent / "output.log",
-                timeout_s=s.timeout_s,
-                max_memory_gb=s.max_memory_gb,
-                cpus=s.device.cpus(lease.cores),
-                python_path=() if overlay is None else (overlay,),
-            )
-
-            def started(pid: int) -> None:
-                p.allocator.add_pid(lease, pid)
-
-            return p.executor.run(request, started=started)
+        return p.run_isolated(script, cores, overlay)

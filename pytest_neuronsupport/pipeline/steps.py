@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -55,6 +56,14 @@ class NotRun:
     reason: str
     #: Its ``run.py`` is the one recorded (else: the sweep's limit is reached).
     unchanged: bool = False
+
+
+#: What every run's environment has unless the sweep's says otherwise.
+RUN_ENV: dict[str, str] = {
+    "PYTHONUNBUFFERED": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 class Pipeline:
@@ -272,33 +281,46 @@ class Pipeline:
         overlay: Path | None = None,
         timeout_s: float | None = None,
     ) -> Outcome:
-        """Lease the cores, run the script isolated and pinned, and wait for it (importing the
-        packages of ``overlay`` before the environment's; ``timeout_s``: the sweep's own)."""
-        s = self.settings
-        env = dict(os.environ)
-        for name, value in (
-            ("PYTHONUNBUFFERED", "1"),
-            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-            ("TOKENIZERS_PARALLELISM", "false"),
-        ):
-            env.setdefault(name, value)
-        env.update(s.device.run_env(s.cache))
-        env.pop(REFERENCE_ENV, None)
+        """Run a model's script with its CPU reference (the file that holds or will hold it)
+        isolated on its cores (importing the packages of ``overlay`` before the environment's;
+        ``timeout_s``: the sweep's own). ``run.py`` writes ``verdict.json`` and ``output.log``,
+        another script ``<stem>.json`` and ``<stem>.log``."""
         # hashing the checkpoint's files happens before the lease: the cores wait for no I/O
-        reference = reference_file(s.cache / "references", planned, self.stack)
+        reference = reference_file(self.settings.cache / "references", planned, self.stack)
+        env = {}
         if reference is not None:
             reference.parent.mkdir(parents=True, exist_ok=True)
             env[REFERENCE_ENV] = str(reference)
         stem = run_py.stem
         names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
-        with self.allocator.lease(planned.cores) as lease:
-            env.update(s.device.pin_env(lease.cores))
+        return self.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)
+
+    def run_isolated(
+        self,
+        script: Path,
+        cores: int,
+        overlay: Path | None = None,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        names: tuple[str, str] = ("verdict.json", "output.log"),
+        defaults: Mapping[str, str] = RUN_ENV,
+    ) -> Outcome:
+        """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
+        environment over ``defaults``, the device's, then ``env``; its verdict and log in
+        ``names`` beside it; ``timeout_s``: the sweep's own unless given."""
+        s = self.settings
+        environment = {**defaults, **os.environ}
+        environment.update(s.device.run_env(s.cache))
+        environment.pop(REFERENCE_ENV, None)
+        environment.update(env or {})
+        with self.allocator.lease(cores) as lease:
+            environment.update(s.device.pin_env(lease.cores))
             request = RunRequest(
-                script=run_py,
+                script=script,
                 cwd=s.workdir,
-                env=env,
-                verdict_path=run_py.parent / names[0],
-                log_path=run_py.parent / names[1],
+                env=environment,
+                verdict_path=script.parent / names[0],
+                log_path=script.parent / names[1],
                 timeout_s=timeout_s or s.timeout_s,
                 max_memory_gb=s.max_memory_gb,
                 cpus=s.device.cpus(lease.cores),

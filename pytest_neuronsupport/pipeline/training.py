@@ -18,7 +18,6 @@ budget, the row's base) and renders its own scripts from
 from __future__ import annotations
 
 import json
-import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,11 +31,11 @@ from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
 from pytest_neuronsupport.pipeline import classify
-from pytest_neuronsupport.pipeline.isolate import Outcome, RunRequest
+from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
-from pytest_neuronsupport.pipeline.steps import NotRun, Pipeline, Tried
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result, first_line
+from pytest_neuronsupport.pipeline.steps import RUN_ENV, NotRun, Pipeline, Tried
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.stack import LIBRARY
 
 #: The run-side module the training scripts are made of, and its entry.
@@ -47,12 +46,7 @@ TIMED_STEPS = 2
 MODES = ("native", "compiled")
 #: What a training run's environment sets unless the user's says otherwise: no tokenizer
 #: thread pool nor compile workers (threads and processes map address space under the cap).
-TRIAL_ENV = {
-    "PYTHONUNBUFFERED": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "TORCHINDUCTOR_COMPILE_THREADS": "1",
-}
+TRIAL_ENV = {**RUN_ENV, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -339,29 +333,9 @@ class Training:
 
     def run(self, text: str, run_py: Path) -> Outcome:
         """Write a training script and run it isolated on one leased core."""
-        p, s = self.pipeline, self.settings
         run_py.parent.mkdir(parents=True, exist_ok=True)
         run_py.write_text(text, encoding="utf-8")
-        env = {**TRIAL_ENV, **os.environ}
-        env.update(s.device.run_env(s.cache))
-        env.pop(REFERENCE_ENV, None)
-        with p.allocator.lease(1) as lease:
-            env.update(s.device.pin_env(lease.cores))
-            request = RunRequest(
-                script=run_py,
-                cwd=s.workdir,
-                env=env,
-                verdict_path=run_py.parent / "verdict.json",
-                log_path=run_py.parent / "output.log",
-                timeout_s=s.timeout_s,
-                max_memory_gb=s.max_memory_gb,
-                cpus=s.device.cpus(lease.cores),
-            )
-
-            def started(pid: int) -> None:
-                p.allocator.add_pid(lease, pid)
-
-            return p.executor.run(request, started=started)
+        return self.pipeline.run_isolated(run_py, 1, defaults=TRIAL_ENV)
 
 
 def json_object(text: object) -> dict[str, Any]:
