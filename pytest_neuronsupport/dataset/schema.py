@@ -31,6 +31,7 @@ __all__ = [
     "COLUMN_DOCS",
     "DEVICES",
     "RESULT_MEANINGS",
+    "RUN_FIELDS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "STACK_COLUMNS",
@@ -58,6 +59,19 @@ STACK_COLUMNS: Final = (
     "neuron_driver",
 )
 
+RUN_FIELDS: Final[tuple[pa.Field, ...]] = (
+    # software stack (null where a package is absent)
+    *(pa.field(name, pa.string()) for name in STACK_COLUMNS),
+    pa.field("tested_at", pa.timestamp("us", tz="UTC")),
+    pa.field("run_py", pa.string()),
+    pa.field("device", pa.string()),
+    pa.field("backend", pa.string()),
+    pa.field("compiler", pa.string()),
+    pa.field("compiler_version", pa.string()),
+)
+"""The columns every table has about its run, in this order: the stack, when, the script, the
+device, the backend and the compiler."""
+
 SCHEMA: Final[pa.Schema] = pa.schema(
     [
         # identity
@@ -79,15 +93,7 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("wall_s", pa.float64()),
         pa.field("hbm_peak_gb", pa.float64()),
         pa.field("hbm_capacity_gb", pa.float64()),
-        # software stack (null where a package is absent)
-        *(pa.field(name, pa.string()) for name in STACK_COLUMNS),
-        pa.field("tested_at", pa.timestamp("us", tz="UTC")),
-        pa.field("run_py", pa.string()),
-        # ours
-        pa.field("device", pa.string()),
-        pa.field("backend", pa.string()),
-        pa.field("compiler", pa.string()),
-        pa.field("compiler_version", pa.string()),
+        *RUN_FIELDS,
         pa.field("dtype", pa.string()),
         pa.field("run_py_sha256", pa.string()),
         pa.field("reference_reproducible", pa.bool_()),

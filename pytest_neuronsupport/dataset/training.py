@@ -11,7 +11,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from pytest_neuronsupport.dataset.schema import STACK_COLUMNS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["TRAIN", "TRAIN_COLUMN_DOCS", "TRAIN_SCHEMA"]
 
@@ -50,14 +50,7 @@ TRAIN_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("param_error", pa.float64()),
         pa.field("tolerance", pa.float64()),
         pa.field("wall_s", pa.float64()),
-        # software stack (null where a package is absent)
-        *(pa.field(name, pa.string()) for name in STACK_COLUMNS),
-        pa.field("tested_at", pa.timestamp("us", tz="UTC")),
-        pa.field("run_py", pa.string()),
-        pa.field("device", pa.string()),
-        pa.field("backend", pa.string()),
-        pa.field("compiler", pa.string()),
-        pa.field("compiler_version", pa.string()),
+        *RUN_FIELDS,
         pa.field("dtype", pa.string()),
         pa.field("run_py_sha256", pa.string()),
         pa.field("check", pa.string()),
