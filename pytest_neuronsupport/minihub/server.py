@@ -4,7 +4,6 @@ listing, model info, trees, paths-info, resolve with ranges), answered from its 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import http.server
 import json
@@ -19,107 +18,26 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from pytest_neuronsupport.minihub.models import (
+    EXPANDABLE,
+    INFO_FIELDS,
+    LIST_DEFAULT_FIELDS,
+    LIST_FULL_FIELDS,
+    SORT_ALIASES,
+    SORT_KEYS,
+    TRUE,
+    cursor_offset,
+    matches,
+    model_fields,
+    sort_value,
+)
 from pytest_neuronsupport.minihub.repos import _Blob, _Commit, _iso, _Repo
 
 if TYPE_CHECKING:
     from pytest_neuronsupport.minihub import MiniHub
 
 
-_EXPANDABLE = frozenset(
-    {
-        "author",
-        "baseModels",
-        "cardData",
-        "childrenModelCount",
-        "config",
-        "createdAt",
-        "disabled",
-        "downloads",
-        "downloadsAllTime",
-        "evalResults",
-        "gated",
-        "gguf",
-        "inference",
-        "inferenceProviderMapping",
-        "lastModified",
-        "library_name",
-        "likes",
-        "mask_token",
-        "model-index",
-        "pipeline_tag",
-        "private",
-        "resourceGroup",
-        "safetensors",
-        "sha",
-        "siblings",
-        "spaces",
-        "tags",
-        "transformersInfo",
-        "trendingScore",
-        "usedStorage",
-        "widgetData",
-    }
-)
-
-_LIST_DEFAULT_FIELDS = (
-    "likes",
-    "trendingScore",
-    "private",
-    "downloads",
-    "tags",
-    "pipeline_tag",
-    "library_name",
-    "createdAt",
-)
-
-_LIST_FULL_FIELDS = ("author", "sha", "lastModified", "gated", "disabled", "siblings")
-
-_INFO_FIELDS = (
-    "author",
-    "sha",
-    "lastModified",
-    "private",
-    "gated",
-    "disabled",
-    "downloads",
-    "downloadsAllTime",
-    "likes",
-    "trendingScore",
-    "tags",
-    "pipeline_tag",
-    "library_name",
-    "config",
-    "transformersInfo",
-    "safetensors",
-    "gguf",
-    "siblings",
-    "spaces",
-    "createdAt",
-    "usedStorage",
-)
-
-_SORT_KEYS = ("downloads", "trendingScore", "likes", "createdAt", "lastModified")
-
-_SORT_ALIASES = {
-    "trending_score": "trendingScore",
-    "created_at": "createdAt",
-    "last_modified": "lastModified",
-}
-
-_TRUE = {"1", "true", "yes", "on"}
-
-
 _SUBPATHS = {"revision", "tree", "paths-info", "refs", "resolve", "commits"}
-
-
-def _parse_size(text: str) -> float:
-    """``7B`` -> 7e9 (suffixes K, M, B, T), for ``num_parameters=min:1B,max:8B``."""
-    text = text.strip().upper()
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text[-1:], 1.0)
-    try:
-        return float(text[:-1] if scale != 1.0 else text) * scale
-    except ValueError:
-        raise _Reply(400, f"Invalid num_parameters value: {text}", "BadRequest") from None
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -328,62 +246,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     # -- listings ----------------------------------------------------------------------------------
 
-    def _fields(
-        self, repo: _Repo, commit: _Commit, names: Iterable[str], blobs: bool = False
-    ) -> dict[str, Any]:
-        namespace, _, _ = repo.repo_id.rpartition("/")
-        meta = commit.meta
-        siblings: list[dict[str, Any]] = []
-        for path, blob in sorted(commit.files.items()):
-            sibling: dict[str, Any] = {"rfilename": path}
-            if blobs:
-                sibling.update(size=blob.size, blobId=blob.oid)
-                if blob.sha256 is not None:
-                    sibling["lfs"] = {
-                        "size": blob.size,
-                        "sha256": blob.sha256,
-                        "pointerSize": blob.pointer_size,
-                    }
-            siblings.append(sibling)
-        stored = {b.etag: b.size for c in repo.commits for b in c.files.values()}
-        values: dict[str, Any] = {
-            "author": namespace or None,
-            "sha": commit.sha,
-            "lastModified": _iso(commit.date),
-            "createdAt": _iso(repo.created_at),
-            "private": False,
-            "disabled": False,
-            "gated": ("auto" if repo.gated is True else repo.gated),
-            "downloads": repo.downloads,
-            "downloadsAllTime": repo.downloads,
-            "likes": repo.likes,
-            "trendingScore": repo.trending_score,
-            "tags": meta["tags"],
-            "pipeline_tag": repo.pipeline_tag,
-            "library_name": repo.library_name,
-            "config": meta["config"],
-            "transformersInfo": meta["transformersInfo"],
-            "safetensors": meta["safetensors"],
-            "gguf": meta["gguf"],
-            "siblings": siblings,
-            "spaces": [],
-            "usedStorage": sum(stored.values()),
-        }
-        item: dict[str, Any] = {
-            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
-            "id": repo.repo_id,
-        }
-        for name in names:
-            if values.get(name) is not None:
-                item[name] = values[name]
-        return item
-
     @staticmethod
     def _expand(query: list[tuple[str, str]]) -> list[str] | None:
         expand = [v for k, v in query if k in ("expand", "expand[]")]
         if not expand:
             return None
-        invalid = [name for name in expand if name not in _EXPANDABLE]
+        invalid = [name for name in expand if name not in EXPANDABLE]
         if invalid:
             raise _Reply(400, f"Invalid expand value(s): {', '.join(invalid)}", "BadRequest")
         return expand
@@ -391,11 +259,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _model_info(self, repo: _Repo, commit: _Commit, query: list[tuple[str, str]]) -> None:
         params = dict(query)
         expand = self._expand(query)
-        blobs = params.get("blobs", "").lower() in _TRUE
-        item = self._fields(repo, commit, expand or _INFO_FIELDS, blobs=blobs)
+        blobs = params.get("blobs", "").lower() in TRUE
+        item = model_fields(repo, commit, expand or INFO_FIELDS, blobs=blobs)
         if expand is None:
             item["modelId"] = repo.repo_id
-            if params.get("securityStatus", "").lower() in _TRUE:
+            if params.get("securityStatus", "").lower() in TRUE:
                 item["securityRepoStatus"] = {"scansDone": True, "filesWithIssues": []}
         self._send_json(item)
 
@@ -405,12 +273,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         filters = [v for k, v in query if k in ("filter", "filter[]")]
         expand = self._expand(query)
         sort = params.get("sort")
-        sort = _SORT_ALIASES.get(sort, sort) if sort else None
-        if sort is not None and sort not in _SORT_KEYS:
+        sort = SORT_ALIASES.get(sort, sort) if sort else None
+        if sort is not None and sort not in SORT_KEYS:
             raise _Reply(400, f"Invalid sort: {sort}", "BadRequest")
         try:
             limit = int(params["limit"]) if params.get("limit") else None
-            offset = self._cursor(params.get("cursor"))
+            offset = cursor_offset(params.get("cursor"))
         except ValueError as error:
             raise _Reply(400, str(error), "BadRequest") from None
 
@@ -418,26 +286,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             repos = sorted(hub._repos.values(), key=lambda r: r.order)
             rows: list[tuple[_Repo, dict[str, Any]]] = []
             for repo in repos:
-                item = self._fields(repo, repo.head, _INFO_FIELDS)
-                if self._matches(repo, item, params, filters):
+                item = model_fields(repo, repo.head, INFO_FIELDS)
+                try:
+                    kept = matches(repo, item, params, filters)
+                except ValueError as error:
+                    raise _Reply(400, str(error), "BadRequest") from None
+                if kept:
                     rows.append((repo, item))
             if sort is not None:
                 rows.sort(key=lambda row: row[0].repo_id)
                 descending = params.get("direction", "-1") != "1"
-                rows.sort(key=lambda row: self._sort_value(row[0], sort), reverse=descending)
+                rows.sort(key=lambda row: sort_value(row[0], sort), reverse=descending)
             size = hub.page_size if limit is None else max(1, min(hub.page_size, limit))
             page = rows[offset : offset + size]
             if expand is not None:
                 names: Iterable[str] = expand
             else:
-                names = list(_LIST_DEFAULT_FIELDS)
-                if params.get("full", "").lower() in _TRUE:
-                    names = [*names, *_LIST_FULL_FIELDS]
-                if params.get("config", "").lower() in _TRUE:
+                names = list(LIST_DEFAULT_FIELDS)
+                if params.get("full", "").lower() in TRUE:
+                    names = [*names, *LIST_FULL_FIELDS]
+                if params.get("config", "").lower() in TRUE:
                     names = [*names, "config"]
             items = []
             for repo, _ in page:
-                item = self._fields(repo, repo.head, names)
+                item = model_fields(repo, repo.head, names)
                 if expand is None:
                     item["modelId"] = repo.repo_id
                 items.append(item)
@@ -445,61 +317,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if offset + size < len(rows):
             headers["Link"] = f'<{self._next_url(query, offset + size)}>; rel="next"'
         self._send_json(items, headers=headers)
-
-    @staticmethod
-    def _sort_value(repo: _Repo, sort: str) -> Any:
-        return {
-            "downloads": repo.downloads,
-            "trendingScore": repo.trending_score,
-            "likes": repo.likes,
-            "createdAt": repo.created_at,
-            "lastModified": repo.head.date,
-        }[sort]
-
-    @staticmethod
-    def _matches(
-        repo: _Repo, item: Mapping[str, Any], params: Mapping[str, str], filters: list[str]
-    ) -> bool:
-        labels = {*item.get("tags", []), repo.library_name}
-        if any(f not in labels for f in filters):
-            return False
-        search = params.get("search")
-        if search and search.lower() not in repo.repo_id.lower():
-            return False
-        author = params.get("author")
-        if author and not repo.repo_id.startswith(f"{author}/"):
-            return False
-        pipeline_tag = params.get("pipeline_tag")
-        if pipeline_tag and repo.pipeline_tag != pipeline_tag:
-            return False
-        gated = params.get("gated")
-        if gated and (gated.lower() in _TRUE) != (repo.gated is not False):
-            return False
-        bounds = params.get("num_parameters")
-        if bounds:
-            total = (item.get("safetensors") or {}).get("total")
-            for bound in bounds.split(","):
-                kind, _, value = bound.partition(":")
-                if total is None:
-                    return False
-                if kind == "min" and total < _parse_size(value):
-                    return False
-                if kind == "max" and total > _parse_size(value):
-                    return False
-        return True
-
-    @staticmethod
-    def _cursor(cursor: str | None) -> int:
-        if not cursor:
-            return 0
-        try:
-            data = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-            offset = int(data["offset"])
-        except (ValueError, KeyError, TypeError, binascii.Error):
-            raise ValueError(f"Invalid cursor: {cursor}") from None
-        if offset < 0:
-            raise ValueError(f"Invalid cursor: {cursor}")
-        return offset
 
     def _next_url(self, query: list[tuple[str, str]], offset: int) -> str:
         cursor = base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
@@ -576,13 +393,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _tree(self, repo: _Repo, commit: _Commit, path: str, query: list[tuple[str, str]]) -> None:
         params = dict(query)
-        recursive = params.get("recursive", "").lower() in _TRUE
-        expand = params.get("expand", "").lower() in _TRUE
+        recursive = params.get("recursive", "").lower() in TRUE
+        expand = params.get("expand", "").lower() in TRUE
         entries = self._entries(commit, path.strip("/"), recursive)
         if entries is None:
             raise _Reply(404, "Entry not found", "EntryNotFound", commit.sha)
         try:
-            offset = self._cursor(params.get("cursor"))
+            offset = cursor_offset(params.get("cursor"))
         except ValueError as error:
             raise _Reply(400, str(error), "BadRequest") from None
         size = self.server.hub.page_size
@@ -604,7 +421,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             form = parse_qsl(self._body.decode(), keep_blank_values=True)
             paths = [v for k, v in form if k in ("paths", "paths[]")]
-            expand = dict(form).get("expand", "").lower() in _TRUE
+            expand = dict(form).get("expand", "").lower() in TRUE
         result = []
         for path in paths:
             path = path.strip("/")
