@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_neuronsupport.dataset.store import read_dataset
 from pytest_neuronsupport.dataset.training import TRAIN
-from pytest_neuronsupport.pipeline.training import find_batch
+from pytest_neuronsupport.modes.training import find_batch
 
 MODELS = "zoo:gpt2,zoo:bert-mlm,zoo:distilbert-sst"
 

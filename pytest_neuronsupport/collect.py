@@ -1,25 +1,25 @@
 """Collection: a model list file collects one item per model, in list order.
 
 The shape of pytest's own non-Python test example: a file collector yielding custom items with
-``runtest``, ``repr_failure`` and ``reportinfo``. An item's test is the per-model pipeline
-(:mod:`pytest_neuronsupport.pipeline.steps`); its row goes on the item for the report.
+``runtest``, ``repr_failure`` and ``reportinfo``. An item's test runs the entry's modes in order
+(:mod:`pytest_neuronsupport.modes`), each seeing the outcomes before it; the first mode's row
+decides whether the test passes, fails or is skipped, and every outcome goes on the item for
+the report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import pytest
 
+from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport import report
-from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
-from pytest_neuronsupport.pipeline.bench import Benchmark
+from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
-from pytest_neuronsupport.pipeline.steps import NotRun, Pipeline
-from pytest_neuronsupport.pipeline.training import Training
-from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 
@@ -35,21 +35,28 @@ def skip_model(reason: str) -> NoReturn:
 class ModelListFile(pytest.File):
     """A model list (``*.toml``) named by ``--neuron-models`` or the ``neuron_models`` ini key."""
 
-    def __init__(self, *, pipeline: Pipeline, listed: dict[str, ModelSpec], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        sweep: Sweep,
+        modes: Sequence[Mode],
+        listed: dict[str, ModelSpec],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.pipeline = pipeline
+        self.sweep = sweep
+        self.modes = modes
         #: The models of the lists collected so far: one listed twice would overwrite its row.
         self.listed = listed
 
-    @property
-    def runners(self) -> Runners:
-        return self.pipeline.runners
-
     def collect(self) -> Iterator[ModelItem]:
-        specs = parse(self.path, runners=self.runners)
+        specs = parse(self.path, runners=self.sweep.runners)
         check_unique(specs, self.listed)
         for spec in specs:
-            yield ModelItem.from_parent(self, name=spec.id, spec=spec, pipeline=self.pipeline)
+            wanted = modes_.modes_for(spec, self.modes, self.sweep.settings)
+            yield ModelItem.from_parent(
+                self, name=spec.id, spec=spec, sweep=self.sweep, modes=wanted
+            )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ModelListError):
@@ -58,42 +65,37 @@ class ModelListFile(pytest.File):
 
 
 class ModelItem(pytest.Item):
-    """One model's test: its pipeline, then passed, failed or skipped by its result."""
+    """One model's test: its modes in order, then passed, failed or skipped by the first."""
 
-    def __init__(self, *, spec: ModelSpec, pipeline: Pipeline, **kwargs: Any) -> None:
+    def __init__(
+        self, *, spec: ModelSpec, sweep: Sweep, modes: Sequence[Mode], **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
-        self.pipeline = pipeline
-        self.row: dict[str, Any] | None = None
-        self.unchanged = False
-        #: A training test (``mode = "train"``, or ``--neuron-train``): its row is a training row.
-        self.trains = spec.mode == "train" or pipeline.settings.train
-        #: The table its row goes to.
-        self.table = "train" if self.trains else "support"
-        #: Its performance rows (``--neuron-bench``), one per configuration.
-        self.perf_rows: list[dict[str, Any]] = []
+        self.sweep = sweep
+        self.modes = list(modes)
+        #: What each mode came to, in order (the report carries them to the session).
+        self.outcomes: list[ModeOutcome] = []
         self.add_marker("neuronsupport")
 
     def runtest(self) -> None:
-        tried = (Training(self.pipeline) if self.trains else self.pipeline).test(self.spec)
-        benches = self.pipeline.settings.bench and not self.trains
-        if isinstance(tried, NotRun):
-            self.unchanged = tried.unchanged
-            if benches and tried.unchanged:  # benchmarked all the same: the model runs
-                recorded = find_row(
-                    self.pipeline.settings.results, self.pipeline.pair, self.spec.id
-                )
-                self.perf_rows = Benchmark(self.pipeline).test(self.spec, recorded)
-            skip_model(tried.reason)
-        self.row = tried.row
-        if benches:
-            self.perf_rows = Benchmark(self.pipeline).test(self.spec, tried.row)
-        self.user_properties.extend(report.junit_properties(tried.row))
-        outcome = PYTEST_OUTCOMES[Result(tried.row["result"])]
-        if outcome == "failed":
-            raise ModelFailure(report.failure_text(tried.row, tried.run_py))
-        if outcome == "skipped":
-            skip_model(report.skip_text(tried.row))
+        before: dict[str, ModeOutcome] = {}
+        for mode in self.modes:
+            outcome = modes_.test(mode, self.sweep, self.spec, before)
+            before[outcome.table] = outcome
+            self.outcomes.append(outcome)
+        first = self.outcomes[0] if self.outcomes else None
+        if first is None or not first.rows:
+            if first is not None and first.reason is not None:
+                skip_model(first.reason)
+            return
+        row = first.rows[0]
+        self.user_properties.extend(report.junit_properties(row))
+        verdict = PYTEST_OUTCOMES[Result(row["result"])]
+        if verdict == "failed":
+            raise ModelFailure(report.failure_text(row, first.run_py))
+        if verdict == "skipped":
+            skip_model(report.skip_text(row))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ModelFailure):
@@ -102,3 +104,16 @@ class ModelItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, self.spec.line - 1 if self.spec.line else None, f"model {self.spec.id}"
+
+
+def deselect(config: pytest.Config, items: list[pytest.Item], keep: set[str]) -> None:
+    """Keep the model items of ``keep`` (and every other item); deselect the rest."""
+    kept = [i for i in items if not isinstance(i, ModelItem) or i.spec.id in keep]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
+def model_ids(items: Sequence[pytest.Item]) -> list[str]:
+    """The models of the collected items, in order."""
+    return [item.spec.id for item in items if isinstance(item, ModelItem)]

@@ -4,6 +4,9 @@ Implement them in a ``conftest.py`` or a plugin (README.md, "Extending", has an 
 
 * :func:`pytest_neuronsupport_runners`: add runners (each a
   :class:`~pytest_neuronsupport.runners.Runner` whose run code is in a module of yours);
+* :func:`pytest_neuronsupport_modes`: add modes (each a
+  :class:`~pytest_neuronsupport.modes.Mode`: another test of each model, with a table of its
+  own);
 * :func:`pytest_neuronsupport_verdict`: replace a model's result;
 * :func:`pytest_neuronsupport_row`: add or change the fields of a model's row before it is
   recorded (extra columns go into the parquet file and the junit properties).
@@ -21,6 +24,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_neuronsupport.modellist import ModelSpec
+    from pytest_neuronsupport.modes import Mode
     from pytest_neuronsupport.runners import Runner
 
 
@@ -31,6 +35,18 @@ def pytest_neuronsupport_runners(config: pytest.Config) -> Sequence[Runner]:
     A runner's ``name`` must be new; its ``module`` is any importable module whose ``run`` (or
     the runner's ``entry``) is its run code, and ``architectures`` and ``tasks`` make it the
     runner of the checkpoints that match them (a list entry may also name it: ``runner =``).
+    """
+    raise NotImplementedError  # a specification: pluggy never calls it
+
+
+@pytest.hookspec
+def pytest_neuronsupport_modes(config: pytest.Config) -> Sequence[Mode]:
+    """Return modes to add to the built-in ones (called once, when the sweep is configured).
+
+    A mode is another test of the models its ``wanted`` accepts, run after the built-in ones
+    for each entry, with rows of its own in its ``table`` (a
+    :class:`~pytest_neuronsupport.dataset.schema.Table` whose name and folder are new): see
+    :mod:`pytest_neuronsupport.modes` for what a mode implements.
     """
     raise NotImplementedError  # a specification: pluggy never calls it
 
@@ -80,3 +96,9 @@ class Hooks:
             return []
         found = self.config.hook.pytest_neuronsupport_runners(config=self.config)
         return [runner for runners in found for runner in runners]
+
+    def modes(self) -> list[Mode]:
+        if self.config is None:
+            return []
+        found = self.config.hook.pytest_neuronsupport_modes(config=self.config)
+        return [mode for modes in found for mode in modes]

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_neuronsupport.baseline import Comparison
-from pytest_neuronsupport.dataset.schema import COLUMNS
+from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
+from pytest_neuronsupport.progress import UNCHANGED
+from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+
+if TYPE_CHECKING:
+    from pytest_neuronsupport.modes import ModeOutcome
+
+#: pytest's short letters of each outcome.
+LETTERS = {"passed": ".", "failed": "F", "skipped": "s"}
 
 #: Row fields carried by each test as junit properties (``--junitxml``), in this order; then
 #: every extra column a ``pytest_neuronsupport_row`` hook added.
@@ -32,7 +41,7 @@ JUNIT_FIELDS = (
 )
 
 
-def failure_text(row: Mapping[str, Any], run_py: Path | None) -> str:
+def failure_text(row: Mapping[str, Any], run_py: str | Path | None) -> str:
     """The short text of a failed model's test: result, first line of the error, run.py."""
     detail = first_line(row.get("error"), 200) or first_line(row.get("cpu_match"), 200)
     lines = [f"{row['result']} {row['model_id']}: {detail}".rstrip(": ")]
@@ -97,3 +106,78 @@ def junit_global_properties(config: Any, comparison: Comparison) -> None:
     for entry in comparison.failing:
         change = f"{entry.model_id}: {entry.expected} -> {entry.actual}"
         xml.add_global_property(f"baseline_failing_{entry.kind}", change)
+
+
+def model_line(
+    model_id: str, outcomes: Sequence[ModeOutcome], rep: Any
+) -> tuple[str, str, float | None]:
+    """A finished model's line, the result it counts as in the progress, and its wall time:
+    by its first mode's row, else why nothing ran."""
+    first = outcomes[0] if outcomes else None
+    row = first.rows[0] if first is not None and first.rows else None
+    if row is not None:
+        return row_line(row), str(row["result"]), row.get("wall_s")
+    unchanged = first is not None and first.unchanged
+    result = UNCHANGED if unchanged else rep.outcome
+    why = "run.py as recorded" if unchanged else skip_reason(rep)
+    return f"{result:<13} {model_id}  ({why})", result, None
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What a sweep recorded into one table."""
+
+    name: str
+    rows: list[dict[str, Any]]
+    unchanged: int
+    #: The pair file the rows went to.
+    path: Path
+
+
+@dataclass(frozen=True)
+class SummaryFacts:
+    """What the terminal summary of a sweep says."""
+
+    pair: str
+    device: str
+    shard: str | None
+    tables: list[TableFacts]
+    problems: list[str] = field(default_factory=list)
+    baseline: Path | None = None
+    comparison: Comparison | None = None
+    #: The pair the sweep wrote, as a baseline names it.
+    pair_name: str = ""
+
+
+def table_lines(table: TableFacts) -> list[str]:
+    """A table's counts (and its models not run again), its failures, and the file it wrote."""
+    line = counts_line(table.rows)
+    if table.unchanged:
+        line += f"; {table.unchanged} unchanged (not run again)"
+    lines = [line if table.name == SUPPORT.name else f"{table.name}: {line}"]
+    lines += failure_lines(table.rows)
+    if table.rows:
+        lines.append(f"{'dataset' if table.name == SUPPORT.name else table.name}: {table.path}")
+    return lines
+
+
+def write_summary(tr: Any, facts: SummaryFacts) -> None:
+    """The sweep's terminal summary through pytest's terminal reporter ``tr``."""
+    tr.section(f"neuronsupport: {facts.pair}")
+    tr.write_line(facts.device)
+    if facts.shard is not None:
+        tr.write_line(facts.shard)
+    for table in facts.tables:
+        for line in table_lines(table):
+            tr.write_line(line)
+    if not facts.tables:
+        tr.write_line(counts_line([]))
+    for problem in facts.problems:
+        tr.write_line(f"problem: {problem}", yellow=True)
+    comparison = facts.comparison
+    if comparison is not None:
+        tr.section(f"neuronsupport: held against the baseline {facts.baseline}", sep="-")
+        if comparison.baseline.pair != facts.pair_name:
+            tr.write_line(f"(the baseline was written for {comparison.baseline.pair})")
+        for number, text in enumerate(comparison.lines()):
+            tr.write_line(text, red=number == 0 and not comparison.ok)

@@ -1,13 +1,16 @@
-"""The sweep session: the state of one sweep (its journal, rows, problems), and thin hooks.
+"""The sweep session: the state of one sweep (its journal, its rows per table, its problems),
+and thin hooks.
 
-``plugin.py`` creates one :class:`SweepSession` in ``pytest_configure`` (only with
-``--neuron-sweep``) and registers it as a plugin. Each hook method is a few lines that hand the
-work to a plain module: collection to :mod:`collect`, a model's test to
-:mod:`pipeline.steps`, rows to :mod:`dataset`, texts to :mod:`report`.
+``plugin.py`` calls :func:`configure` in ``pytest_configure`` (only with ``--neuron-sweep``),
+which registers one :class:`SweepSession` as a plugin. Each hook method is a few lines that hand
+the work to a plain module: collection to :mod:`collect`, a model's test to
+:mod:`pytest_neuronsupport.modes`, rows to the results store (:mod:`dataset.results`) and the
+journal, texts to :mod:`report`.
 
 Who does what under pytest-xdist: workers collect the same items in the same order and test
-the models; each row travels to the controller on its test's report; the controller alone
-journals rows and writes the dataset. Without xdist the one process does both.
+the models; each test's outcomes (one per mode: its table, its rows, whether it was unchanged)
+travel to the controller on its report; the controller alone journals rows and writes the
+results. Without xdist the one process does both.
 """
 
 from __future__ import annotations
@@ -19,36 +22,75 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, report, shards, xdist
+from pytest_neuronsupport import baseline, collect, modes, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import pair_path, run_py_path
+from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_to_json
-from pytest_neuronsupport.dataset.shared import SharedResults
-from pytest_neuronsupport.dataset.store import UnreadableResultsError, find_row, set_selection
-from pytest_neuronsupport.dataset.tables import table_named
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.results import Results, ResultsError, open_results
+from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.store import UnreadableResultsError, set_selection
+from pytest_neuronsupport.dataset.tables import register, table_named
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
+from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.options import Settings
-from pytest_neuronsupport.pipeline.classify import unrecordable
-from pytest_neuronsupport.pipeline.steps import Pipeline
-from pytest_neuronsupport.progress import UNCHANGED, Progress, model_line, recorded_costs
+from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.progress import Progress, recorded_costs
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
-#: The report attributes that carry a model's row, and the mark of a model not run again.
-ROW_ATTRIBUTE = "neuronsupport_row"
-UNCHANGED_ATTRIBUTE = "neuronsupport_unchanged"
-#: The report attribute naming the table of a row other than the support dataset's.
-TABLE_ATTRIBUTE = "neuronsupport_table"
-#: The report attribute that carries a model's performance rows (``--neuron-bench``).
-PERF_ATTRIBUTE = "neuronsupport_perf_rows"
-#: pytest's short letters of each outcome.
-_LETTERS = {"passed": ".", "failed": "F", "skipped": "s"}
+#: The report attribute that carries a model's outcomes, one per mode (plain types).
+OUTCOMES_ATTRIBUTE = xdist.OUTCOMES_ATTRIBUTE
+
+
+def configure(config: pytest.Config) -> SweepSession:
+    """The sweep's session, from the options: settings, runners, modes, the model lists as
+    the session's collection arguments, the baseline; registered as a plugin. Bad options are
+    a ``UsageError`` naming them."""
+    from pytest_neuronsupport import options
+    from pytest_neuronsupport.backends import check_backend
+    from pytest_neuronsupport.runners import entry_point_runners
+
+    config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
+    settings, hooks = options.settings_from(config), Hooks(config)
+    try:
+        store = open_results(settings.results, settings.shared)
+    except ResultsError as exc:
+        raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
+    if not xdist.is_worker(config):
+        problem = check_backend(settings.backend, settings.device, settings.workdir)
+        if problem:
+            raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
+    try:
+        runners = Runners.builtin().extended([*entry_point_runners(), *hooks.runners()])
+        sweep_modes = [*modes.builtin_modes(), *hooks.modes()]
+        for mode in sweep_modes:
+            register(mode.table)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"neuronsupport: runners and modes: {exc}") from None
+    # The model lists are what the session collects, beside any path given explicitly.
+    explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    config.args = [str(p) for p in settings.lists] + list(explicit)
+    expected = None
+    if settings.baseline is not None:
+        try:
+            expected = baseline.read(settings.baseline)
+        except baseline.BaselineError as exc:
+            raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+    session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
+    config.pluginmanager.register(session, "neuronsupport-session")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(xdist.XdistHooks(session), "neuronsupport-xdist")
+    return session
+
+
+def outcomes_of(rep: pytest.TestReport) -> list[ModeOutcome] | None:
+    """The outcomes a model's test report carries (None: not a model's test, or it did not
+    get as far as its call)."""
+    data = getattr(rep, OUTCOMES_ATTRIBUTE, None)
+    return None if data is None else [ModeOutcome.from_dict(d) for d in data]
 
 
 @dataclass(eq=False)  # a plugin must stay hashable
@@ -56,34 +98,33 @@ class SweepSession:
     config: pytest.Config
     settings: Settings
     runners: Runners
+    modes: list[Mode]
+    store: Results
     stack: dict[str, str | None] = field(default_factory=installed_stack)
-    #: The rows recorded by this process (the controller's: every model's).
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    #: The performance rows recorded by this process (``--neuron-bench``).
-    perf_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: The rows recorded by this process (the controller's: every model's), per table.
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Models not run again (their script is the one recorded), per table.
+    unchanged: dict[str, list[str]] = field(default_factory=dict)
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    #: Models not run again (their run.py is the one recorded).
-    unchanged: list[str] = field(default_factory=list)
-    #: Training tests not run again (their rows are in the training table).
-    unchanged_trained: list[str] = field(default_factory=list)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
     baseline: Baseline | None = None
     comparison: Comparison | None = None
     progress: Progress | None = None
-    #: Rows published to a shared dataset, and those whose publishing failed (and why).
-    published: list[str] = field(default_factory=list)
-    unpublished: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
     @cached_property
-    def sweep_id(self) -> str:
-        return xdist.sweep_id(self.config)
-
-    @cached_property
-    def pipeline(self) -> Pipeline:
+    def sweep(self) -> Sweep:
         hooks = Hooks(self.config)
-        return Pipeline(self.settings, self.runners, self.stack, self.sweep_id, hooks)
+        return Sweep(self.settings, self.runners, self.stack, xdist.sweep_id(self.config), hooks)
+
+    @property
+    def sweep_id(self) -> str:
+        return self.sweep.sweep_id
+
+    @property
+    def controller(self) -> bool:
+        return not xdist.is_worker(self.config)
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -91,164 +132,87 @@ class SweepSession:
         """Model list files named by the options become collectors of model items."""
         if file_path.resolve() in self.settings.lists:
             return ModelListFile.from_parent(
-                parent, path=file_path, pipeline=self.pipeline, listed=self.listed
+                parent, path=file_path, sweep=self.sweep, modes=self.modes, listed=self.listed
             )
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Recover the rows of killed sweeps, and open this sweep's journal (controller only)."""
-        if xdist.is_worker(self.config):
-            return
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None and self.lines_per_model:
-            tr.showfspath = False  # each model's line names it
-        self.settings.results.mkdir(parents=True, exist_ok=True)
-        if self.shared is not None:
-            try:  # a local copy: skip-unchanged and --neuron-rerun read the shared dataset
-                self.shared.pull(self.settings.results)
-            except Exception as exc:  # boto3's and botocore's errors
-                raise pytest.UsageError(
-                    f"neuronsupport: cannot read {self.shared.uri}: {type(exc).__name__}: {exc}"
-                ) from None
-        self.note_merge(merge_journals(self.settings.results))
-        self.journal = Journal(self.settings.results)
+        if self.controller:
+            self.start()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        """Put the row on the call report: under xdist it travels to the controller with it."""
+        """Put the outcomes on the call report: under xdist they travel to the controller."""
         rep = yield
         if isinstance(item, ModelItem) and call.when == "call":
-            if item.table != SUPPORT.name:
-                setattr(rep, TABLE_ATTRIBUTE, item.table)
-            if item.row is not None:
-                self.attach_row(rep, item.row)
-                if item.table == SUPPORT.name:
-                    self.hold_against_baseline(rep, item.row, item.user_properties)
-            setattr(rep, UNCHANGED_ATTRIBUTE, item.unchanged)
-            if item.perf_rows:
-                setattr(rep, PERF_ATTRIBUTE, item.perf_rows)
+            self.attach(rep, item.outcomes, item.user_properties)
         return rep
 
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """With a shard: keep this machine's part of the models, deselect the others."""
-        shard = self.settings.shard
-        if shard is None:
-            return
-        models = [item.spec.id for item in items if isinstance(item, ModelItem)]
-        costs = recorded_costs(models, self.recorded)
-        if self.shared is not None:  # the split every machine reads is in the shared dataset
-            name, text = shards.split_document(models, costs, shard.count)
-            text = self.shared.put_if_absent(f"shards/{name}", text)
-            parts = shards.read_split(text, models, shard.count, f"{self.shared.uri}/shards/{name}")
-        else:
-            parts = shards.load_or_write(
-                self.settings.results / "shards", models, costs, shard.count
-            )
-        mine = set(parts[shard.index - 1])
-        kept = [i for i in items if not isinstance(i, ModelItem) or i.spec.id in mine]
-        if len(kept) < len(items):
-            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-            items[:] = kept
+        if self.settings.shard is not None:
+            ids = collect.model_ids(items)
+            mine = shards.mine(ids, self.costs(ids), self.settings.shard, self.store)
+            collect.deselect(config, items, keep=mine)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models to run are known; start counting (controller only)."""
-        if not xdist.is_worker(self.config):
+        if self.controller:
             self.start_progress([item.name for item in session.items])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Journal each row the moment its test ends (controller only)."""
-        if xdist.is_worker(self.config):
-            return
-        row = getattr(report, ROW_ATTRIBUTE, None)
-        model_id = report.nodeid.rsplit("::", 1)[-1]
-        for perf_row in getattr(report, PERF_ATTRIBUTE, None) or ():
-            self.record(perf_row, PERF)
-        if row is not None:
-            self.record(row, table_named(getattr(report, TABLE_ATTRIBUTE, SUPPORT.name)))
-            self.show_progress(model_id, row, report)
-        elif getattr(report, UNCHANGED_ATTRIBUTE, False):
-            if hasattr(report, TABLE_ATTRIBUTE):  # a training test: not held against a baseline
-                self.unchanged_trained.append(model_id)
-            else:
-                self.unchanged.append(model_id)
-            self.show_progress(model_id, None, report)
-        elif hasattr(report, UNCHANGED_ATTRIBUTE):  # a model's test that ran nothing
-            self.show_progress(model_id, None, report)
+        outcomes = outcomes_of(report)
+        if self.controller and outcomes is not None:
+            self.record(outcomes)
+            self.show_progress(report.nodeid.rsplit("::", 1)[-1], outcomes, report)
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, str] | None:
         """A model's result as its pytest status; in the default verbosity no letter, as each
         model gets a line of its own (:meth:`show_progress`), skipped ones included."""
-        row = getattr(report, ROW_ATTRIBUTE, None)
-        if row is None:
-            if hasattr(report, UNCHANGED_ATTRIBUTE) and self.lines_per_model:
-                return report.outcome, "", report.outcome.upper()
-            return None
-        word = str(row["result"])
-        if hasattr(report, "wasxfail"):
-            category, letter = ("xpassed", "X") if report.passed else ("xfailed", "x")
-            word = f"{category.upper()[:5]} {word}"
-        else:
-            category = report.outcome
-            letter = _LETTERS[category]
-        return category, "" if self.lines_per_model else letter, word
+        outcomes = outcomes_of(report)
+        return None if outcomes is None else report_status(report, outcomes, self.lines_per_model)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.config.option.collectonly:
-            return
-        tr, s = terminalreporter, self.settings
-        compiler, version = self.pipeline.compiler
-        tr.section(
-            f"neuronsupport: {compiler}-{version} / {LIBRARY}-{self.pipeline.library_version}"
-        )
-        tr.write_line(f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}")
-        if s.shard is not None:
-            where = f"{self.shared.uri}/shards" if self.shared else s.results / "shards"
-            tr.write_line(f"shard {s.shard} (the split: {where})")
-        line = report.counts_line(self.rows)
-        if self.unchanged or self.unchanged_trained:
-            count = len(self.unchanged) + len(self.unchanged_trained)
-            line += f"; {count} unchanged (not run again)"
-        tr.write_line(line)
-        for failure in report.failure_lines(self.rows):
-            tr.write_line(failure)
-        dataset = pair_path(s.results, compiler, version, LIBRARY, self.pipeline.library_version)
-        tr.write_line(f"dataset: {dataset}")
-        if self.perf_rows:
-            where = s.results / PERF.folder / self.pipeline.pair
-            tr.write_line(
-                f"performance: {len(self.perf_rows)} rows in {where} (`neuronsupport perf` "
-                "prints them)"
-            )
-        if any("seq_len" in row for row in self.rows):
-            trained = s.results / TRAIN.folder / self.pipeline.pair
-            tr.write_line(f"training: {trained} (`neuronsupport train-report` prints it)")
-        for problem in self.problems:
-            tr.write_line(f"problem: {problem}", yellow=True)
-        if self.comparison is not None:
-            tr.section(f"neuronsupport: held against the baseline {s.baseline}", sep="-")
-            if self.comparison.baseline.pair != self.pipeline.pair.removesuffix(".parquet"):
-                tr.write_line(f"(the baseline was written for {self.comparison.baseline.pair})")
-            for number, text in enumerate(self.comparison.lines()):
-                tr.write_line(text, red=number == 0 and not self.comparison.ok)
+        """The sweep's summary: per table, what was recorded and where; problems; the
+        baseline (:func:`report.write_summary`)."""
+        if not self.config.option.collectonly:
+            report.write_summary(terminalreporter, self.summary_facts())
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: it gets the baseline
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Merge this sweep's journal into the parquet dataset, then hold the sweep against
-        the baseline (controller only)."""
-        if xdist.is_worker(self.config) or self.journal is None:
-            return
+        """Merge this sweep's journal into the results, then hold the sweep against the
+        baseline (controller only)."""
+        if self.controller and self.journal is not None:
+            self.finish(session)
+
+    # --- the sweep's start and end -----------------------------------------------------------
+
+    def start(self) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and self.lines_per_model:
+            tr.showfspath = False  # each model's line names it
+        try:  # a local copy: skip-unchanged and --neuron-rerun read the shared dataset
+            self.store.pull()
+        except ResultsError as exc:
+            raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
+        self.note_merge(merge_journals(self.settings.results))
+        self.journal = Journal(self.settings.results)
+
+    def finish(self, session: pytest.Session) -> None:
+        assert self.journal is not None
         path = self.journal.path
         self.journal.close()
         self.journal = None
         self.note_merge(merge_journals(self.settings.results, include=[path]))
-        self.pipeline.budget.remove()
+        self.sweep.budget.remove()
         self.apply_selection()
-        if self.shared is not None:
-            self.merge_shared()
+        self.problems.extend(self.store.finish())
         if self.baseline is not None:
             self.comparison = self.compare_with_baseline()
             report.junit_global_properties(self.config, self.comparison)
@@ -257,8 +221,18 @@ class SweepSession:
 
     # --- the state ---------------------------------------------------------------------------
 
-    def attach_row(self, rep: pytest.TestReport, row: dict[str, Any]) -> None:
-        setattr(rep, ROW_ATTRIBUTE, row)
+    def attach(
+        self,
+        rep: pytest.TestReport,
+        outcomes: list[ModeOutcome],
+        properties: list[tuple[str, object]],
+    ) -> None:
+        """Put a model's outcomes on its report, and hold its support row against the
+        baseline."""
+        setattr(rep, OUTCOMES_ATTRIBUTE, [outcome.to_dict() for outcome in outcomes])
+        for outcome in outcomes:
+            if outcome.table == SUPPORT.name and outcome.rows:
+                self.hold_against_baseline(rep, outcome.rows[0], properties)
 
     def hold_against_baseline(
         self, rep: pytest.TestReport, row: dict[str, Any], properties: list[tuple[str, object]]
@@ -284,6 +258,31 @@ class SweepSession:
             rep.outcome = "skipped" if outcome == "xfailed" else "passed"
             rep.wasxfail = reason
 
+    def record(self, outcomes: list[ModeOutcome]) -> None:
+        """Keep each outcome's rows, publish them (beyond the local folder, if the store goes
+        further) and journal them: they were validated where they were made."""
+        for outcome in outcomes:
+            table = table_named(outcome.table)
+            if outcome.unchanged:
+                self.unchanged.setdefault(table.name, []).append(outcome.model_id)
+            if outcome.unchanged or outcome.rows:
+                kept = self.rows.setdefault(table.name, [])
+            for row in outcome.rows:
+                # published before it is journaled: a kill in between loses nothing shared
+                self.store.publish(self.sweep.sweep_id, self.sweep.pair, table, row)
+                if self.journal is not None:
+                    self.journal.append(self.sweep.pair, row, table, validated=True)
+                kept.append(row)
+
+    def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:
+        """The outcome of a model whose xdist worker died while running it: its first mode's
+        row, FAIL(other)."""
+        model_id = nodeid.rsplit("::", 1)[-1]
+        specs = {s.id: s for path in self.settings.lists for s in parse(path, self.runners)}
+        spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
+        first = (modes.modes_for(spec, self.modes, self.settings) or self.modes)[0]
+        return [modes.crashed(first, self.sweep, spec, why).to_dict()]
+
     def apply_selection(self) -> None:
         """When the lists carry a selection, ``selection_rank`` means the latest one: every
         row of the pair gets its model's rank in these lists, or null if it has none."""
@@ -294,25 +293,63 @@ class SweepSession:
         ranks = {s.id: s.selection_rank for s in specs if s.selection_rank is not None}
         if not ranks:
             return
-        target = self.settings.results / "data" / self.pipeline.pair
+        target = self.settings.results / SUPPORT.folder / self.sweep.pair
         try:
             set_selection(target, ranks)
         except UnreadableResultsError as exc:
             self.problems.append(f"{target}: selection ranks not updated ({exc.reason})")
 
     def compare_with_baseline(self) -> Comparison:
-        """This sweep's models (their rows, or the recorded rows of those not run again)
-        held against the baseline."""
+        """This sweep's models (their support rows, or the recorded rows of those not run
+        again) held against the baseline."""
         assert self.baseline is not None
-        results, pair = self.settings.results, self.pipeline.pair
-        rows = list(self.rows)
-        rows += [r for m in self.unchanged if (r := find_row(results, pair, m)) is not None]
+        results, pair = self.settings.results, self.sweep.pair
+        rows = list(self.rows.get(SUPPORT.name, []))
+        for model_id in self.unchanged.get(SUPPORT.name, []):
+            found = self.sweep.recorded(SUPPORT, model_id)
+            if found is not None:
+                rows.append(found)
         run_py = {r["model_id"]: run_py_path(results, pair, r["model_id"]) for r in rows}
         return baseline.compare(
             self.baseline,
             rows,
             run_py=run_py,
             allow_improvements=self.settings.baseline_allow_improvements,
+        )
+
+    def note_merge(self, merge: MergeReport) -> None:
+        """Keep what a merge could not do for the terminal summary."""
+        for path, error in merge.unreadable:
+            self.problems.append(
+                f"{path} is unreadable and was left untouched ({error}); "
+                "its new rows stay in the journal until it is repaired or moved away"
+            )
+        self.problems.extend(merge.problems)
+
+    def summary_facts(self) -> report.SummaryFacts:
+        """What the terminal summary says, as plain facts."""
+        compiler, version = self.sweep.compiler
+        s = self.settings
+        return report.SummaryFacts(
+            pair=f"{compiler}-{version} / {LIBRARY}-{self.sweep.library_version}",
+            device=f"device {s.device.name}, backend {s.backend}, dtype {s.dtype}",
+            shard=None
+            if s.shard is None
+            else f"shard {s.shard} (the split: {self.store.where(SHARDS)})",
+            tables=[
+                report.TableFacts(
+                    name=mode.table.name,
+                    rows=self.rows.get(mode.table.name, []),
+                    unchanged=len(self.unchanged.get(mode.table.name, [])),
+                    path=s.results / mode.table.folder / self.sweep.pair,
+                )
+                for mode in self.modes
+                if mode.table.name in self.rows
+            ],
+            problems=self.problems,
+            baseline=s.baseline,
+            comparison=self.comparison,
+            pair_name=self.sweep.pair.removesuffix(".parquet"),
         )
 
     # --- progress ----------------------------------------------------------------------------
@@ -322,32 +359,26 @@ class SweepSession:
         """A line per finished model replaces pytest's letters in the default verbosity."""
         return self.config.get_verbosity() == 0 and not self.config.option.collectonly
 
-    def recorded(self, model_id: str) -> dict[str, Any] | None:
-        """The model's recorded row on this sweep's pair."""
-        return find_row(self.settings.results, self.pipeline.pair, model_id)
+    def costs(self, models: list[str]) -> dict[str, float]:
+        """The recorded ``wall_s`` of each model of this sweep's pair."""
+        return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
     def start_progress(self, models: list[str]) -> None:
-        self.progress = Progress(models, recorded_costs(models, self.recorded))
+        self.progress = Progress(models, self.costs(models))
 
     def show_progress(
-        self, model_id: str, row: dict[str, Any] | None, rep: pytest.TestReport
+        self, model_id: str, outcomes: list[ModeOutcome], rep: pytest.TestReport
     ) -> None:
         """A line for the model; the status stays on the last line of a terminal, and is a
         line of its own in a log at each tenth of the sweep."""
         if self.progress is None:
             self.start_progress([])
         assert self.progress is not None
-        unchanged = getattr(rep, UNCHANGED_ATTRIBUTE, False)
-        result = str(row["result"]) if row else UNCHANGED if unchanged else rep.outcome
-        self.progress.finished(model_id, result, None if row is None else row.get("wall_s"))
+        line, result, wall_s = report.model_line(model_id, outcomes, rep)
+        self.progress.finished(model_id, result, wall_s)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is None or not self.lines_per_model:
             return
-        if row is not None:
-            line = model_line(row)
-        else:
-            why = "run.py as recorded" if unchanged else report.skip_reason(rep)
-            line = f"{result:<13} {model_id}  ({why})"
         status = self.progress.status_line()
         if tr.isatty():
             tr.rewrite(line, erase=True)
@@ -359,80 +390,20 @@ class SweepSession:
             if self.progress.milestone():
                 tr.write_line(status)
 
-    def record(self, row: dict[str, Any], table: Table = SUPPORT) -> None:
-        """Keep a row, publish it (a shared dataset) and journal it; a row that does not fit
-        the dataset is kept as FAIL(other), with the problem (a bug of ours must not cost the
-        model its row)."""
-        if table is not SUPPORT:  # a training row: journaled; not published nor held (yet)
-            if self.journal is not None:
-                self.journal.append(self.pipeline.pair, row, table)
-            (self.perf_rows if table is PERF else self.rows).append(row)
-            return
-        try:
-            row_to_json(row)
-        except ValueError:
-            pass  # the journal says why, below
-        else:
-            self.publish(row)  # before the journal: a kill in between loses nothing shared
-        try:
-            if self.journal is not None:
-                self.journal.append(self.pipeline.pair, row)
-        except ValueError as exc:
-            self.problems.append(
-                f"{row.get('model_id')}: malformed row ({exc}); kept as FAIL(other)"
-            )
-            row = unrecordable(row, f"malformed row: {exc}")
-            if self.journal is not None:
-                self.journal.append(self.pipeline.pair, row)
-        self.rows.append(row)
 
-    @cached_property
-    def shared(self) -> SharedResults | None:
-        """The dataset on object storage that the local results are a copy of, if any."""
-        uri = self.settings.shared
-        return None if uri is None else SharedResults(uri)
-
-    def publish(self, row: dict[str, Any]) -> None:
-        """Publish a row to the shared dataset; one that fails is published again at the end."""
-        if self.shared is None:
-            return
-        try:
-            self.shared.publish(self.sweep_id, len(self.published), self.pipeline.pair, row)
-        except Exception as exc:  # S3 down: the row is journaled; retried at the end
-            self.unpublished.append((row, f"{type(exc).__name__}: {exc}"))
-        self.published.append(row["model_id"])
-
-    def merge_shared(self) -> None:
-        """Publish what could not be, then fold every published row into the shared pair
-        files (conditional writes: see :mod:`~pytest_neuronsupport.dataset.shared`)."""
-        assert self.shared is not None
-        failed, self.unpublished = self.unpublished, []
-        for row, _ in failed:
-            self.publish(row)
-        for row, why in self.unpublished:
-            self.problems.append(
-                f"{row['model_id']}: not published to {self.shared.uri} ({why}); "
-                "it is in the local copy's journal"
-            )
-        try:
-            summary = self.shared.merge()
-        except Exception as exc:
-            self.problems.append(f"merging into {self.shared.uri}: {type(exc).__name__}: {exc}")
-            return
-        self.problems.extend(summary.problems)
-
-    def crashed_row(self, nodeid: str, why: str) -> dict[str, Any]:
-        """The row of a model whose xdist worker died while running it."""
-        model_id = nodeid.rsplit("::", 1)[-1]
-        specs = {s.id: s for path in self.settings.lists for s in parse(path, self.runners)}
-        spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
-        return self.pipeline.crashed(spec, why)
-
-    def note_merge(self, merge: MergeReport) -> None:
-        """Keep what a merge could not do for the terminal summary."""
-        for path, error in merge.unreadable:
-            self.problems.append(
-                f"{path} is unreadable and was left untouched ({error}); "
-                "its new rows stay in the journal until it is repaired or moved away"
-            )
-        self.problems.extend(merge.problems)
+def report_status(
+    rep: pytest.TestReport, outcomes: list[ModeOutcome], lines_per_model: bool
+) -> tuple[str, str, str] | None:
+    """A model's test status: its first row's result as the word (``XPASS PASS`` when the
+    baseline decided), and no letter when each model gets a line of its own."""
+    first = outcomes[0] if outcomes else None
+    if first is None or not first.rows:
+        return (rep.outcome, "", rep.outcome.upper()) if lines_per_model else None
+    word = str(first.rows[0]["result"])
+    if hasattr(rep, "wasxfail"):
+        category, letter = ("xpassed", "X") if rep.passed else ("xfailed", "x")
+        word = f"{category.upper()[:5]} {word}"
+    else:
+        category = rep.outcome
+        letter = report.LETTERS[category]
+    return category, "" if lines_per_model else letter, word

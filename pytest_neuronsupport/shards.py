@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
+
+from pytest_neuronsupport.dataset.layout import SHARDS
 
 __all__ = [
     "Shard",
     "ShardError",
     "from_environment",
     "load_or_write",
+    "mine",
     "parse",
     "partition",
     "read_split",
@@ -143,16 +144,24 @@ def load_or_write(
     """The split of ``models`` into ``count`` shards: the one written under ``folder`` for
     these models and this count if any machine wrote it, else this one's, written for the
     others (atomically: a complete file appears, or nothing)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    from pytest_neuronsupport.dataset.durable import write_once  # pyarrow: only for a sweep
+
     name, text = split_document(models, costs, count)
     target = folder / name
-    if not target.exists():
-        temp = folder / f".{name}.{secrets.token_hex(8)}.tmp"
-        temp.write_text(text, encoding="utf-8")
-        try:
-            os.link(temp, target)  # fails if another machine's split got there first
-        except FileExistsError:
-            pass
-        finally:
-            temp.unlink()
-    return read_split(target.read_text(encoding="utf-8"), models, count, str(target))
+    return read_split(write_once(target, text), models, count, str(target))
+
+
+class SplitStore(Protocol):
+    """Where the split is written once for every machine (a results store)."""
+
+    def write_once(self, name: str, text: str) -> tuple[str, str]: ...
+
+
+def mine(
+    models: Sequence[str], costs: Mapping[str, float], shard: Shard, store: SplitStore
+) -> set[str]:
+    """The models of ``shard``: its part of the split of ``models`` that ``store`` holds for
+    every machine (written by whichever came first)."""
+    name, text = split_document(models, costs, shard.count)
+    where, text = store.write_once(f"{SHARDS}/{name}", text)
+    return set(read_split(text, models, shard.count, where)[shard.index - 1])

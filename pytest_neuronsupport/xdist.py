@@ -25,20 +25,23 @@ def sweep_id(config: pytest.Config) -> str:
     return str(workerinput.get(SWEEP_ID_KEY) or uuid.uuid4().hex)
 
 
-class Sweep(Protocol):
+class Session(Protocol):
     """What the xdist hooks need of the sweep session."""
 
     @property
     def sweep_id(self) -> str: ...
-    def attach_row(self, rep: pytest.TestReport, row: dict[str, Any]) -> None: ...
-    def crashed_row(self, nodeid: str, why: str) -> dict[str, Any]: ...
+    def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]: ...
     def start_progress(self, models: list[str]) -> None: ...
+
+
+#: The report attribute that carries a model's outcomes (see :mod:`.session`).
+OUTCOMES_ATTRIBUTE = "neuronsupport_outcomes"
 
 
 class XdistHooks:
     """Hooks that exist only with pytest-xdist."""
 
-    def __init__(self, session: Sweep) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
 
     def pytest_configure_node(self, node: Any) -> None:
@@ -47,12 +50,11 @@ class XdistHooks:
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller collects nothing: the first worker's collection is the sweep's."""
-        if getattr(self, "_collected", False):
-            return
-        self._collected = True
-        self.session.start_progress([nodeid.rsplit("::", 1)[-1] for nodeid in ids])
+        if not getattr(self, "_collected", False):
+            self._collected = True
+            self.session.start_progress([nodeid.rsplit("::", 1)[-1] for nodeid in ids])
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker died while running a model: that model's row is FAIL(other)."""
         why = f"the xdist worker running it died ({report.longrepr})".replace("\n", " ")
-        self.session.attach_row(report, self.session.crashed_row(crashitem, why))
+        setattr(report, OUTCOMES_ATTRIBUTE, self.session.crashed(crashitem, why))

@@ -17,7 +17,7 @@ from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.store import read_dataset
 from pytest_neuronsupport.modellist import ModelListError, parse, parse_io, parse_sizes
-from pytest_neuronsupport.pipeline.bench import Configuration
+from pytest_neuronsupport.modes.bench import Configuration
 from pytest_neuronsupport.pricing import price
 from pytest_neuronsupport.runners.lib.measures import (
     cost_per_million,

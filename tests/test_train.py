@@ -17,6 +17,7 @@ from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.dataset.store import find_row, read_dataset
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import ModelListError, parse
+from pytest_neuronsupport.modes.training import TRIAL_ENV, find_batch, precision
 from pytest_neuronsupport.pipeline.isolate import (
     PRELOAD,
     Executor,
@@ -24,7 +25,6 @@ from pytest_neuronsupport.pipeline.isolate import (
     RunRequest,
     SubprocessExecutor,
 )
-from pytest_neuronsupport.pipeline.training import TRIAL_ENV, find_batch, precision
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, out_of_memory
 from pytest_neuronsupport.views.training import train_report, train_tables

@@ -148,3 +148,19 @@ def atomic_write_bytes(target: Path, data: bytes) -> None:
 def atomic_write_text(target: Path, text: str) -> None:
     """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
     atomic_write_bytes(target, text.encode("utf-8"))
+
+
+def write_once(target: Path, text: str) -> str:
+    """Write ``target`` unless it exists (atomically: a complete file appears, or nothing, and
+    of two writers at once the first wins); return the file's text either way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.exists():
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+        temp.write_text(text, encoding="utf-8")
+        try:
+            os.link(temp, target)  # fails if another writer got there first
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink()
+    return target.read_text(encoding="utf-8")

@@ -26,7 +26,7 @@ from typing import Any, Final
 import filelock
 
 from pytest_neuronsupport.dataset.durable import file_lock, fsync_dir, makedirs_durable
-from pytest_neuronsupport.dataset.layout import check_relpath
+from pytest_neuronsupport.dataset.layout import check_relpath, journal_dir
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_from_json, row_to_json
 from pytest_neuronsupport.dataset.tables import table_named
 
@@ -74,7 +74,7 @@ class Journal:
         if _SESSION_ID.fullmatch(sid) is None:
             raise ValueError(f"invalid journal session id {sid!r}")
         self.session_id = sid
-        self.directory = Path(results_dir) / "journal"
+        self.directory = journal_dir(results_dir)
         self.path = self.directory / f"{sid}.jsonl"
         self.lock_path = self.directory / f"{sid}.lock"
         makedirs_durable(self.directory)
@@ -126,13 +126,22 @@ class Journal:
         """Whether :meth:`close` was called."""
         return self._fd is None
 
-    def append(self, pair_relpath: str, row: Mapping[str, Any], table: Table = SUPPORT) -> None:
+    def append(
+        self,
+        pair_relpath: str,
+        row: Mapping[str, Any],
+        table: Table = SUPPORT,
+        *,
+        validated: bool = False,
+    ) -> None:
         """Record ``row`` for the pair file ``pair_relpath`` (of ``table``) durably.
 
         ``pair_relpath`` is as :func:`~pytest_neuronsupport.dataset.layout.pair_relpath` makes
         it; ``row`` is validated with :func:`~pytest_neuronsupport.dataset.schema.validate_row`
-        (extra columns included). The line is written with a single ``write`` on an
-        ``O_APPEND`` descriptor and fsynced before this returns.
+        (extra columns included), unless it is ``validated`` already: a row in JSON form as
+        :func:`~pytest_neuronsupport.dataset.schema.row_to_json` made it where the row was made
+        (a sweep's rows are validated once, by the mode that made them). The line is written
+        with a single ``write`` on an ``O_APPEND`` descriptor and fsynced before this returns.
 
         Raises:
             ValueError: invalid pair path or row.
@@ -140,7 +149,7 @@ class Journal:
         """
         check_relpath(pair_relpath)
         record: dict[str, Any] = {} if table is SUPPORT else {"table": table.name}
-        record.update(pair=pair_relpath, row=row_to_json(row, table))
+        record.update(pair=pair_relpath, row=dict(row) if validated else row_to_json(row, table))
         line = json.dumps(
             record,
             ensure_ascii=True,

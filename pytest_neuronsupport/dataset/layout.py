@@ -11,17 +11,36 @@ __all__ = [
     "check_relpath",
     "data_files",
     "is_shared",
+    "journal_dir",
     "pair_dirname",
     "pair_path",
     "pair_relpath",
     "run_dir",
     "run_dirname",
     "run_py_path",
+    "shards_dir",
+    "sweeps_dir",
     "train_dir",
 ]
 
 SCHEME: Final = "s3://"
 """The results that are not a folder: a dataset on object storage (:mod:`.shared`)."""
+
+DATA: Final = "data"
+"""The support dataset's folder: ``<results>/data`` (other tables name their own folder)."""
+JOURNAL: Final = "journal"
+"""Where a sweep journals its rows before they are merged: ``<results>/journal/*.jsonl``."""
+RUNS: Final = "runs"
+"""Where the scripts of each model's runs and their outputs go: ``<results>/runs``."""
+SHARDS: Final = "shards"
+"""Where the shards' split of a sweep is written once: ``<results>/shards``."""
+SWEEPS: Final = ".sweeps"
+"""Each sweep's small shared state (its ``--neuron-limit`` count): ``<results>/.sweeps``."""
+PUBLISHED: Final = "published"
+"""On object storage: the rows each shard published, ``<prefix>/published/<sweep>/<n>.json``."""
+
+RESERVED: Final = frozenset({JOURNAL, RUNS, SHARDS, SWEEPS, PUBLISHED})
+"""Folders of the results that are not a table's."""
 
 _SAFE_CHAR: Final = re.compile(r"[^A-Za-z0-9._+-]")
 _RUN_CHAR: Final = re.compile(r"[^A-Za-z0-9._-]")
@@ -77,7 +96,7 @@ def pair_path(
     """``<results>/data/<compiler>-<version>/<library>-<version>.parquet`` (sanitised)."""
     return (
         Path(results_dir)
-        / "data"
+        / DATA
         / pair_relpath(compiler, compiler_version, library, library_version)
     )
 
@@ -106,7 +125,7 @@ def check_relpath(relpath: str) -> str:
     return relpath
 
 
-def data_files(results_dir: Path, folder: str = "data") -> list[Path]:
+def data_files(results_dir: Path, folder: str = DATA) -> list[Path]:
     """``data/*/*.parquet`` (a table's ``folder``) in sorted order, skipping hidden (``.``/``_``)
     names like pyarrow."""
     data_dir = Path(results_dir) / folder
@@ -146,7 +165,7 @@ def run_dir(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
         ValueError: an invalid pair path, or as :func:`run_dirname`.
     """
     pair = check_relpath(pair_relpath).removesuffix(_PARQUET)
-    return Path(results_dir) / "runs" / pair / run_dirname(model_id)
+    return Path(results_dir) / RUNS / pair / run_dirname(model_id)
 
 
 def is_shared(results: str) -> bool:
@@ -163,3 +182,18 @@ def train_dir(results_dir: Path, pair_relpath: str, model_id: str, seq_len: int)
     """Where a model's training scripts go: ``<run_dir>/train-<seq_len>/`` (``train.py``, the
     correctness check, and one folder per batch-search trial)."""
     return run_dir(results_dir, pair_relpath, model_id) / f"train-{int(seq_len)}"
+
+
+def journal_dir(results_dir: Path) -> Path:
+    """``<results>/journal``: the journals of sweeps, merged at their end (or by the next)."""
+    return Path(results_dir) / JOURNAL
+
+
+def shards_dir(results_dir: Path) -> Path:
+    """``<results>/shards``: the split of a sharded sweep, written once for every machine."""
+    return Path(results_dir) / SHARDS
+
+
+def sweeps_dir(results_dir: Path) -> Path:
+    """``<results>/.sweeps``: each sweep's ``--neuron-limit`` count."""
+    return Path(results_dir) / SWEEPS

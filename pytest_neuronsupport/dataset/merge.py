@@ -23,6 +23,7 @@ from pytest_neuronsupport.dataset.durable import (
     sweep_temps,
 )
 from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
+from pytest_neuronsupport.dataset.layout import journal_dir
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table
 from pytest_neuronsupport.dataset.store import (
     UnreadableResultsError,
@@ -115,7 +116,7 @@ def _apply_rows(target: Path, rows: list[dict[str, Any]], table: Table = SUPPORT
             for position, (model_id, key) in enumerate(zip(ids, keys, strict=True))
         ]
         kept = existing.filter(pa.array(mask, type=pa.bool_()))
-        merged = concat_tables([kept, rows_to_table(applied, table)], table.schema)
+        merged = concat_tables([kept, rows_to_table(applied, table, validated=True)], table.schema)
         merged = merged.sort_by([(name, "ascending") for name in table.key])
         atomic_write(target, merged)
     forget_cached(target)
@@ -167,13 +168,13 @@ def merge_journals(
     is a failed upgrade. When the files already agree this costs one schema read per file.
     """
     results_dir = Path(results_dir)
-    journal_dir = results_dir / "journal"
-    data_dir = results_dir / "data"
+    journals = journal_dir(results_dir)
+    data_dir = results_dir / SUPPORT.folder
     report = MergeReport()
 
     paths: dict[str, Path] = {}  # absolute path → path as found or given
-    if journal_dir.is_dir():
-        for path in sorted(journal_dir.glob("*.jsonl")):
+    if journals.is_dir():
+        for path in sorted(journals.glob("*.jsonl")):
             if path.name[0] != ".":
                 paths.setdefault(os.path.abspath(path), path)
     for path in include:

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
+from pytest_neuronsupport.dataset.layout import DATA
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 __all__ = [
@@ -313,7 +314,7 @@ class Table:
         return tuple(row.get(name) for name in self.key)
 
 
-SUPPORT: Final = Table("support", "data", SCHEMA, ("model_id",), COLUMN_DOCS)
+SUPPORT: Final = Table("support", DATA, SCHEMA, ("model_id",), COLUMN_DOCS)
 """The model support dataset: ``<results>/data``, one row per model in a pair."""
 
 _RESULTS: Final = tuple(member.value for member in Result)
@@ -503,8 +504,11 @@ def _extra_array(values: Sequence[object]) -> pa.Array:
     return text_array(values)
 
 
-def rows_to_table(rows: Iterable[Mapping[str, Any]], table: Table = SUPPORT) -> pa.Table:
-    """Rows (validated with :func:`validate_row`) as a table.
+def rows_to_table(
+    rows: Iterable[Mapping[str, Any]], table: Table = SUPPORT, *, validated: bool = False
+) -> pa.Table:
+    """Rows as a table: validated with :func:`validate_row` here, unless they are
+    ``validated`` already (rows a journal read back, each validated as it was parsed).
 
     The columns are :data:`SCHEMA`'s (metadata included), then the extra columns of all rows
     sorted by name, each null where a row lacks it and typed by its values: all bool: bool;
@@ -515,7 +519,7 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]], table: Table = SUPPORT) -> 
         ValueError: as :func:`validate_row`.
     """
     schema = table.schema
-    valid = [validate_row(row, table) for row in rows]
+    valid = list(rows) if validated else [validate_row(row, table) for row in rows]
     arrays = [pa.array([row[f.name] for row in valid], type=f.type) for f in schema]
     fields = list(schema)
     for name in sorted({key for row in valid for key in row if key not in schema.names}):

@@ -35,14 +35,14 @@ from typing import Any, Final
 
 from pytest_neuronsupport.dataset.durable import atomic_write_bytes
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import SCHEME, check_relpath, is_shared
+from pytest_neuronsupport.dataset.layout import PUBLISHED, SCHEME, check_relpath, is_shared
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.schema import row_from_json, row_to_json
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_from_json, row_to_json
+from pytest_neuronsupport.dataset.tables import TABLES, table_named
 
 __all__ = ["SCHEME", "MergeSummary", "SharedResults", "is_shared"]
 
-_PUBLISHED: Final = "published/"
-_DATA: Final = "data/"
+_PUBLISHED: Final = f"{PUBLISHED}/"
 _CONFLICT: Final = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 
 
@@ -50,7 +50,8 @@ _CONFLICT: Final = frozenset({"PreconditionFailed", "ConditionalRequestConflict"
 class MergeSummary:
     """What :meth:`SharedResults.merge` did."""
 
-    written: dict[str, int] = field(default_factory=dict)  # pair → rows applied
+    #: pair → rows applied (``<folder>/<pair>`` for a table other than the support dataset)
+    written: dict[str, int] = field(default_factory=dict)
     retried: int = 0  # conditional writes refused (another merge wrote first)
     problems: list[str] = field(default_factory=list)
 
@@ -109,79 +110,101 @@ class SharedResults:
 
     # --- a shard's side ---------------------------------------------------------------------------
 
-    def publish(self, sweep_id: str, number: int, pair: str, row: dict[str, Any]) -> None:
-        """Publish one recorded row as an object of this sweep's own."""
-        line = json.dumps({"pair": check_relpath(pair), "row": row_to_json(row)})
+    def publish(
+        self,
+        sweep_id: str,
+        number: int,
+        pair: str,
+        row: dict[str, Any],
+        table: Table = SUPPORT,
+        *,
+        validated: bool = False,
+    ) -> None:
+        """Publish one recorded row of ``table`` as an object of this sweep's own (a journal
+        line: ``table`` named unless it is the support dataset's)."""
+        record: dict[str, Any] = {} if table is SUPPORT else {"table": table.name}
+        data = dict(row) if validated else row_to_json(row, table)
+        record.update(pair=check_relpath(pair), row=data)
+        line = json.dumps(record)
         key = f"{self.prefix}{_PUBLISHED}{sweep_id}/{number:08d}.json"
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=line.encode("utf-8"))
 
     def pull(self, staging: Path) -> int:
-        """Copy the shared dataset into ``staging`` (a local results folder): the pair files,
-        then the rows published but not merged yet, merged locally. Returns the files copied."""
-        data = staging / "data"
+        """Copy the shared dataset into ``staging`` (a local results folder): every table's
+        pair files, then the rows published but not merged yet, merged locally. Returns the
+        files copied."""
         copied = 0
-        for key in self._keys(_DATA):
-            relpath = key.removeprefix(self.prefix + _DATA)
-            found = self._get(key)
-            if found is None or not relpath.endswith(".parquet"):
-                continue
-            atomic_write_bytes(data / check_relpath(relpath), found[0])
-            copied += 1
+        for table in TABLES.values():
+            under = f"{table.folder}/"
+            for key in self._keys(under):
+                relpath = key.removeprefix(self.prefix + under)
+                found = self._get(key)
+                if found is None or not relpath.endswith(".parquet"):
+                    continue
+                atomic_write_bytes(staging / table.folder / check_relpath(relpath), found[0])
+                copied += 1
         rows = list(self._published())
         if rows:
             with Journal(staging) as journal:
-                for _, pair, row in rows:
-                    journal.append(pair, row)
+                for _, table, pair, row in rows:
+                    journal.append(pair, row, table, validated=True)
                 path = journal.path
             merge_journals(staging, include=[path])
         return copied
 
     # --- the merge --------------------------------------------------------------------------------
 
-    def _published(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
-        """``(key, pair, row)`` of every published row still there."""
+    def _published(self) -> Iterator[tuple[str, Table, str, dict[str, Any]]]:
+        """``(key, table, pair, row)`` of every published row still there (the row as JSON)."""
         for key in self._keys(_PUBLISHED):
             found = self._get(key)
             if found is None:
                 continue  # merged and deleted since it was listed
             data = json.loads(found[0])
-            yield key, check_relpath(data["pair"]), row_from_json(data["row"])
+            table = table_named(data.get("table", SUPPORT.name))
+            row = row_to_json(row_from_json(data["row"], table), table)
+            yield key, table, check_relpath(data["pair"]), row
 
     def merge(self, attempts: int = 50) -> MergeSummary:
         """Fold every published row into its pair file; delete the rows applied."""
         summary = MergeSummary()
-        by_pair: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for key, pair, row in self._published():
-            by_pair.setdefault(pair, []).append((key, row))
-        for pair, entries in sorted(by_pair.items()):
-            key = f"{self.prefix}{_DATA}{pair}"
+        by_pair: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+        for key, table, pair, row in self._published():
+            by_pair.setdefault((table.name, pair), []).append((key, row))
+        for (name, pair), entries in sorted(by_pair.items()):
+            table = TABLES[name]
+            key = f"{self.prefix}{table.folder}/{pair}"
             for _ in range(attempts):
                 found = self._get(key)
-                body = self._applied(pair, None if found is None else found[0], entries)
+                current = None if found is None else found[0]
+                body = self._applied(table, pair, current, entries)
                 if self._put(key, body, None if found is None else found[1]):
                     break
                 summary.retried += 1  # another merge wrote this pair first: start again
             else:
                 summary.problems.append(f"{key}: still changing after {attempts} attempts")
                 continue
-            summary.written[pair] = len(entries)
+            where = pair if table is SUPPORT else f"{table.folder}/{pair}"
+            summary.written[where] = len(entries)
             for start in range(0, len(entries), 1000):
                 chunk = [{"Key": k} for k, _ in entries[start : start + 1000]]
                 self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk})
         return summary
 
     @staticmethod
-    def _applied(pair: str, current: bytes | None, entries: list[tuple[str, Any]]) -> bytes:
+    def _applied(
+        table: Table, pair: str, current: bytes | None, entries: list[tuple[str, Any]]
+    ) -> bytes:
         """The pair file with ``entries`` applied, by the local merge's own rules."""
         with tempfile.TemporaryDirectory(prefix="neuronsupport-merge-") as folder:
             results = Path(folder)
-            target = results / "data" / pair
+            target = results / table.folder / pair
             target.parent.mkdir(parents=True)
             if current is not None:
                 target.write_bytes(current)
             with Journal(results) as journal:
                 for _, row in entries:
-                    journal.append(pair, row)
+                    journal.append(pair, row, table, validated=True)
                 path = journal.path
             report = merge_journals(results, include=[path])
             if not report.ok:

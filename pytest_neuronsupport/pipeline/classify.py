@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_neuronsupport.dataset.schema import COLUMNS, row_to_json, validate_row
+from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT, Table, row_to_json, validate_row
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.packages import PackageError
 from pytest_neuronsupport.pipeline.plan import Exclusion
@@ -128,11 +128,11 @@ def last_exception(text: str) -> str | None:
 KEPT = ("model_id", "library", "tested_at", "run_py", "run_py_sha256")
 
 
-def unrecordable(row: Mapping[str, Any], why: str) -> dict[str, Any]:
-    """A row that does not fit the dataset's schema (a bug of ours, a hook's bad value):
-    FAIL(other), keeping what names the model and its run."""
-    kept = {key: row.get(key) for key in KEPT}
-    return row_to_json(validate_row({**kept, **crashed(why)}))
+def unrecordable(row: Mapping[str, Any], why: str, table: Table = SUPPORT) -> dict[str, Any]:
+    """A row that does not fit its table's schema (a bug of ours, a hook's bad value):
+    FAIL(other), keeping what names the model, its key in the table and its run."""
+    kept = {key: row.get(key) for key in (*KEPT, *table.key)}
+    return row_to_json(validate_row({**kept, **crashed(why)}, table), table)
 
 
 def overridden(row: dict[str, Any], result: str | Result, by: str) -> None:

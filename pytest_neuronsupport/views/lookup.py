@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from pytest_neuronsupport.dataset.layout import check_relpath, data_files, run_py_path
+from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import first_line
@@ -41,7 +41,7 @@ class PairError(ValueError):
 
 def pairs(results: Path) -> list[str]:
     """The pairs of a dataset: ``compiler-version/library-version``, sorted."""
-    data = Path(results) / "data"
+    data = Path(results) / DATA
     return [
         path.relative_to(data).as_posix().removesuffix(_PARQUET) for path in data_files(results)
     ]
@@ -66,13 +66,13 @@ def resolve_pair(results: Path, name: str) -> str:
         if text.removesuffix(_PARQUET) in known:
             return text
     raise PairError(
-        f"no pair {name!r} in {Path(results) / 'data'}; pairs there: {', '.join(known) or 'none'}"
+        f"no pair {name!r} in {Path(results) / DATA}; pairs there: {', '.join(known) or 'none'}"
     )
 
 
 def latest_rows(results: Path, pair: str) -> dict[str, dict[str, Any]]:
     """model_id → its latest row in one pair's file."""
-    table = read_table(Path(results) / "data" / pair)
+    table = read_table(Path(results) / DATA / pair)
     rows = table.to_pylist()
     return {model: rows[position] for model, position in latest_positions(table).items()}
 
@@ -105,7 +105,7 @@ def lookup(results: Path, model: str) -> list[str]:
             if needle in model_id.lower():
                 found.setdefault(model_id, []).append((pair, row))
     if not found:
-        return [f"no model matching {model!r} in {Path(results) / 'data'}"]
+        return [f"no model matching {model!r} in {Path(results) / DATA}"]
     lines: list[str] = []
     for model_id in sorted(found):
         lines.append(model_id)

@@ -1,0 +1,168 @@
+"""One results store, chosen by the ``--neuron-results`` URI, as pytest-benchmark chooses its
+storage: a folder (:class:`FolderResults`), or a dataset on object storage shared by the shards
+of a sweep, ``s3://bucket/prefix`` (:class:`ObjectStoreResults`). A later store (the Hub) is
+one more implementation of :class:`Results`.
+
+Every store has a local folder the sweep works in (:attr:`Results.folder`): its journal, runs
+and merges happen there, and skip-unchanged reads it. A store then says what it does beyond
+that folder: :meth:`~Results.pull` (bring the shared rows in before the sweep), ``publish``
+(each row, as it is recorded), :meth:`~Results.finish` (fold what was published into the
+shared dataset at the end) and :meth:`~Results.write_once` (the shards' split, written once for
+every machine). A folder does nothing beyond itself. The session calls the same methods
+whatever the store is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from pytest_neuronsupport.dataset.durable import write_once
+from pytest_neuronsupport.dataset.layout import is_shared
+from pytest_neuronsupport.dataset.schema import Table
+
+__all__ = ["FolderResults", "ObjectStoreResults", "Results", "ResultsError", "open_results"]
+
+
+class ResultsError(Exception):
+    """A results location that cannot be used; the message names it and says why."""
+
+
+class Results(Protocol):
+    """Where a sweep's rows go."""
+
+    #: The location as people name it: a folder's path, or the URI.
+    uri: str
+    #: The local folder the sweep works in (the folder itself, or a local copy).
+    folder: Path
+
+    def pull(self) -> None:
+        """Bring the store's rows into :attr:`folder` before the sweep (skip-unchanged and
+        ``--neuron-rerun`` read them there). Raises :class:`ResultsError`."""
+
+    def publish(self, sweep_id: str, pair: str, table: Table, row: dict[str, Any]) -> None:
+        """Publish a recorded row (validated, in JSON form) beyond the local folder, before it
+        is journaled; one that cannot be is kept and tried again by :meth:`finish`."""
+
+    def finish(self) -> list[str]:
+        """At the sweep's end, after the local merge: what is left to do beyond the folder;
+        returns the problems met (never raises)."""
+
+    def write_once(self, name: str, text: str) -> tuple[str, str]:
+        """Write ``name`` (relative to the store's top) unless it exists; return where it is
+        and its text either way."""
+
+    def where(self, name: str) -> str:
+        """How people name ``name`` (relative to the store's top): a path, or a URI."""
+
+
+class FolderResults:
+    """A results folder: everything happens in it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.uri = str(self.folder)
+
+    def pull(self) -> None:
+        check_folder(self.folder)
+
+    def publish(self, sweep_id: str, pair: str, table: Table, row: dict[str, Any]) -> None:
+        return None
+
+    def finish(self) -> list[str]:
+        return []
+
+    def write_once(self, name: str, text: str) -> tuple[str, str]:
+        return self.where(name), write_once(self.folder / name, text)
+
+    def where(self, name: str) -> str:
+        return str(self.folder / name)
+
+
+class ObjectStoreResults:
+    """A dataset on object storage shared by the shards of a sweep
+    (:class:`~pytest_neuronsupport.dataset.shared.SharedResults`), through a local copy in the
+    cache, one per URI."""
+
+    def __init__(self, uri: str, folder: Path, client: Any = None) -> None:
+        from pytest_neuronsupport.dataset.shared import SharedResults
+
+        self.uri = uri
+        self.folder = Path(folder)
+        self.shared = SharedResults(uri, client)
+        self.published = 0
+        #: Rows whose publishing failed, and why: published again by :meth:`finish`.
+        self.unpublished: list[tuple[str, str, Table, dict[str, Any], str]] = []
+
+    def pull(self) -> None:
+        check_folder(self.folder)
+        try:
+            self.shared.pull(self.folder)
+        except Exception as exc:  # boto3's and botocore's errors
+            raise ResultsError(f"cannot read {self.uri}: {type(exc).__name__}: {exc}") from None
+
+    def publish(self, sweep_id: str, pair: str, table: Table, row: dict[str, Any]) -> None:
+        number, self.published = self.published, self.published + 1
+        try:
+            self.shared.publish(sweep_id, number, pair, row, table, validated=True)
+        except Exception as exc:  # the store down: the row is journaled; retried at the end
+            self.unpublished.append((sweep_id, pair, table, row, f"{type(exc).__name__}: {exc}"))
+
+    def finish(self) -> list[str]:
+        """Publish what could not be, then fold every published row into the shared pair
+        files (conditional writes: see :mod:`~pytest_neuronsupport.dataset.shared`)."""
+        failed, self.unpublished = self.unpublished, []
+        for sweep_id, pair, table, row, _ in failed:
+            self.publish(sweep_id, pair, table, row)
+        problems = [
+            f"{row['model_id']}: not published to {self.uri} ({why}); it is in the local "
+            "copy's journal"
+            for _, _, _, row, why in self.unpublished
+        ]
+        try:
+            summary = self.shared.merge()
+        except Exception as exc:
+            return [*problems, f"merging into {self.uri}: {type(exc).__name__}: {exc}"]
+        return [*problems, *summary.problems]
+
+    def write_once(self, name: str, text: str) -> tuple[str, str]:
+        return self.where(name), self.shared.put_if_absent(name, text)
+
+    def where(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{name}"
+
+
+def check_folder(folder: Path) -> None:
+    """Make the results folder, or say why it cannot be used.
+
+    Raises:
+        ResultsError: it is a file, or it cannot be created or written.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise ResultsError(f"{folder} is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".neuronsupport-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsError(f"{folder} cannot be written: {exc.strerror or exc}") from None
+
+
+def open_results(folder: Path, shared: str | None = None) -> Results:
+    """The store that ``--neuron-results`` names: a ``folder``, or the ``shared`` dataset
+    (``s3://bucket/prefix``) whose local copy ``folder`` is.
+
+    Raises:
+        ResultsError: an ``s3://`` URI without boto3 installed, or a URI without a bucket.
+    """
+    if shared is None or not is_shared(shared):
+        return FolderResults(folder)
+    if importlib.util.find_spec("boto3") is None:
+        raise ResultsError(f"{shared} needs boto3: pip install 'pytest-neuronsupport[s3]'")
+    try:
+        return ObjectStoreResults(shared, folder)
+    except ValueError as exc:
+        raise ResultsError(str(exc)) from None

@@ -1,0 +1,300 @@
+"""The performance mode (``--neuron-bench``): after a model's support run, one performance row
+per configuration (:data:`~pytest_neuronsupport.dataset.perf.PERF`).
+
+It renders one standalone ``bench.py`` per
+configuration from :mod:`pytest_neuronsupport.runners.lib.bench`
+(``<run_dir>/bench-<configuration>/bench.py``), run isolated on leased cores: one core, or one
+per data-parallel replica. Its raw per-round timings become the row's figures through
+:mod:`pytest_neuronsupport.runners.lib.measures`; a benchmark that fails, crashes or times out
+gives a row saying so and no figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport import pricing
+from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.options import Settings
+from pytest_neuronsupport.peaks import documented as documented_peaks
+from pytest_neuronsupport.pipeline import classify, packages
+from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.plan import Plan
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.runners.lib import measures
+from pytest_neuronsupport.runners.lib.protocol import Result
+
+#: The run-side module the benchmark scripts are made of (its entry and the script's).
+BENCH_MODULE = "pytest_neuronsupport.runners.lib.bench"
+#: What each runner's models are benchmarked as; other runners are not benchmarked (yet).
+KINDS = {"dense": "decoder", "seq2seq": "encoder-decoder", "encoder": "encoder"}
+#: Throughput's unit and the cost's, by kind.
+UNITS = {
+    "encoder": ("inferences/s", "per 1M inferences"),
+    "decoder": ("output tokens/s", "per 1M tokens"),
+    "encoder-decoder": ("tokens/s", "per 1M tokens"),
+}
+#: The support results after which a model is benchmarked: it ran.
+BENCHED = (Result.PASS, Result.FAIL_OUTPUT)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration of a model's benchmark."""
+
+    kind: str
+    batch: int
+    seq_len: int | None = None  # encoders
+    input_len: int | None = None  # generation
+    output_len: int | None = None
+    replicas: int = 1
+
+    @property
+    def key(self) -> str:
+        """``b16-s128-dp1`` or ``b1-i128-o128-dp1``."""
+        shape = (
+            f"s{self.seq_len}"
+            if self.kind == "encoder"
+            else f"i{self.input_len}-o{self.output_len}"
+        )
+        return f"b{self.batch}-{shape}-dp{self.replicas}"
+
+    def columns(self) -> dict[str, Any]:
+        total = (
+            self.seq_len
+            if self.kind == "encoder"
+            else (self.input_len or 0) + (self.output_len or 0)
+        )
+        return {
+            "configuration": self.key,
+            "kind": self.kind,
+            "batch": self.batch,
+            "seq_len": total,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "dp_degree": self.replicas,
+            "run_mode": "Data Parallel",
+        }
+
+
+def configurations(kind: str, spec: ModelSpec, s: Any, replicas: int) -> list[Configuration]:
+    """The list entry's configurations, else the options': every batch with every sequence
+    length (encoders) or input/output lengths (generation)."""
+    batches = spec.bench_batch or s.bench_batch
+    if kind == "encoder":
+        return [
+            Configuration(kind, b, seq_len=n, replicas=replicas)
+            for b in batches
+            for n in spec.bench_seq_len or s.bench_seq_len
+        ]
+    return [
+        Configuration(kind, b, input_len=i, output_len=o, replicas=replicas)
+        for b in batches
+        for i, o in spec.bench_io or s.bench_io
+    ]
+
+
+@dataclass(frozen=True)
+class BenchParams(RunParams):
+    """A benchmark script's ``PARAMS``: the run's, and the configuration's."""
+
+    kind: str = "decoder"
+    batch: int = 1
+    seq_len: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    rounds: int = 10
+    warmup: int = 2
+    replicas: int = 1
+    #: The machine's peaks measured earlier (None: the script measures them).
+    peaks: dict[str, Any] | None = None
+
+
+class Bench:
+    """The performance mode (``--neuron-bench``): after a model's support run that ran it, one
+    row per configuration."""
+
+    name = "perf"
+    table = PERF
+    budgeted = False  # it follows the support run, which counted
+    sized = True
+    hooked = False
+
+    def wanted(self, spec: ModelSpec, settings: Settings) -> bool:
+        return settings.bench and not trains(spec, settings)
+
+    def ready(self, sweep: Sweep, spec: ModelSpec, before: Mapping[str, ModeOutcome]) -> bool:
+        """Benchmarked when its support run ran it (PASS, or FAIL(output)): the row this sweep
+        made, or the one recorded when the model was not run again."""
+        support = before.get(SUPPORT.name)
+        if support is None:
+            return False
+        row = support.rows[0] if support.rows else None
+        if support.unchanged:
+            row = sweep.recorded(SUPPORT, spec.id)
+        return row is not None and row.get("result") in BENCHED
+
+    def base_row(self, sweep: Sweep, spec: ModelSpec) -> dict[str, Any]:
+        s = sweep.settings
+        cost = pricing.price(s.price_per_hour, s.instance)
+        return {
+            **common_row(sweep, spec),
+            "configuration": "-",  # each configuration's row names its own
+            "instance_type": s.instance,
+            "price_per_hour": None if cost is None else cost[0],
+            "price_source": None if cost is None else cost[1],
+        }
+
+    def script(
+        self, sweep: Sweep, planned: Plan, base: dict[str, Any]
+    ) -> Script | list[dict[str, Any]]:
+        """Every configuration's ``bench.py`` is rendered in :meth:`run` (it always runs);
+        runners without a benchmark, and sharded models, get a row saying so."""
+        runner, s = planned.runner, sweep.settings
+        assert runner is not None
+        kind = KINDS.get(runner.name)
+        if kind is None or planned.cores > 1:
+            why = f"no benchmark for {runner.column}" if kind is None else "no benchmark on "
+            why += "" if kind is None else f"{planned.cores} cores (tensor parallel) yet"
+            fields = {"result": Result.EXCLUDED, "notes": why, "configuration": "-"}
+            return [{**base, **fields, "runner": runner.column, "neuron_cores": planned.cores}]
+        # one replica per leased core; leases are aligned powers of two
+        replicas = 1 << (max(1, min(s.bench_replicas, s.device.core_count())).bit_length() - 1)
+        configs = configurations(kind, planned.spec, s, replicas)
+        return Script("", sweep.run_dir(planned.spec.id), state=configs)
+
+    def run(
+        self, sweep: Sweep, planned: Plan, script: Script, base: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        rows = [{**base, **self.one(sweep, planned, config)} for config in script.state]
+        return [{k: v for k, v in row.items() if k in PERF.docs} for row in rows]
+
+    def one(self, sweep: Sweep, planned: Plan, config: Configuration) -> dict[str, Any]:
+        """Render, run and read one configuration's benchmark: its row's fields."""
+        s, runner, spec = sweep.settings, planned.runner, planned.spec
+        assert runner is not None
+        params = BenchParams(
+            model_id=spec.id,
+            checkpoint=planned.checkpoint,
+            runner="bench",
+            device=s.device.name,
+            backend=s.backend,
+            dtype=s.dtype,
+            fullgraph=s.device.fullgraph,
+            revision=planned.revision,
+            kind=config.kind,
+            batch=config.batch,
+            seq_len=config.seq_len,
+            input_len=config.input_len,
+            output_len=config.output_len,
+            rounds=s.bench_rounds,
+            warmup=s.bench_warmup,
+            replicas=config.replicas,
+            peaks=peaks(s),
+        )
+        code = ScriptPlan(
+            runner_module=BENCH_MODULE,
+            runner_entry="bench",
+            entry="main_bench",
+            entry_module=BENCH_MODULE,
+            ops_class=s.device.rank_ops if config.replicas > 1 else s.device.ops,
+            runner_column=runner.column,
+            imported_backend=":" in s.backend,
+            packages=spec.packages,
+            script_name="bench.py",
+        )
+        text = render(params, code, sweep.stack)
+        folder = sweep.run_dir(spec.id) / f"bench-{config.key}"
+        fields: dict[str, Any] = {
+            **config.columns(),
+            "runner": runner.column,
+            "neuron_cores": planned.cores,
+            "rounds": s.bench_rounds,
+            "warmup_rounds": s.bench_warmup,
+            "run_py": text,
+            "run_py_sha256": sha256(text),
+        }
+        outcome = execute(sweep, text, folder / "bench.py", config.replicas, spec.packages)
+        verdict = outcome.verdict
+        if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
+            ran = classify.ran(outcome)
+            fields.update({k: ran.get(k) for k in ("result", "notes", "error", "wall_s")})
+            return fields
+        fields.update(figures(s, config, verdict, params.peaks))
+        fields["wall_s"] = outcome.wall_s
+        return fields
+
+
+def peaks_path(s: Settings) -> Path:
+    """Where this machine's measured peaks are kept, per device and dtype."""
+    return s.cache / "peaks" / f"{s.device.name}-{s.dtype}.json"
+
+
+def peaks(s: Settings) -> dict[str, Any] | None:
+    """The documented peaks of the instance's cores (on Neuron), else those measured earlier
+    on this machine, else None (the benchmark measures them)."""
+    if s.device.name == "neuron":
+        table = documented_peaks(s.instance, s.dtype)
+        if table is not None:
+            return table
+    try:
+        value = json.loads(peaks_path(s).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def figures(
+    s: Settings, config: Configuration, verdict: dict[str, Any], peaks: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A passed benchmark's figures: timed, against eager, cost and roofline."""
+    if peaks is None and isinstance(verdict.get("peaks"), dict):
+        peaks = verdict["peaks"]
+        peaks_path(s).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(peaks_path(s), json.dumps(peaks, sort_keys=True))
+    kind, input_len = config.kind, config.input_len or 0
+    fields: dict[str, Any] = {"result": Result.PASS, "notes": verdict.get("notes")}
+    fields.update(measures.figures(kind, verdict["replicas"], config.batch, input_len))
+    eager = measures.figures(kind, [verdict["rounds_eager"]], config.batch, input_len)
+    fields.update(
+        compile_s=verdict.get("compile_s"),
+        warmup_s=verdict.get("warmup_s"),
+        eager_latency_ms_p50=eager["latency_ms_p50"],
+        eager_latency_ms_mean=eager["latency_ms_mean"],
+        eager_latency_ms_stdev=eager["latency_ms_stdev"],
+        eager_throughput=eager["throughput"],
+        speedup_vs_eager=eager["latency_ms_mean"] / fields["latency_ms_mean"],
+    )
+    fields["throughput_unit"], fields["cost_unit"] = UNITS[kind]
+    cost = pricing.price(s.price_per_hour, s.instance)
+    if cost is not None:
+        fields["cost_per_million"] = measures.cost_per_million(cost[0], fields["throughput"])
+    model = verdict.get("model") or {}
+    fields.update(params=model.get("params"), weight_bytes=model.get("weight_bytes"))
+    fields.update(measures.roofline(kind, {**config.columns(), **fields}, model, peaks))
+    fields["timings"] = json.dumps(
+        {"replicas": verdict["replicas"], "eager": verdict["rounds_eager"]}
+    )
+    ran_on = {k: verdict.get(k) for k in ("threads", "cpus")}
+    fields["check"] = json.dumps({"model": model, "peaks": peaks, **ran_on}, sort_keys=True)
+    return fields
+
+
+def execute(
+    sweep: Sweep, text: str, script: Path, cores: int, needs: tuple[str, ...] = ()
+) -> Outcome:
+    """Write a benchmark script and run it isolated on ``cores`` leased cores."""
+    s = sweep.settings
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(text, encoding="utf-8")
+    overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
+    return sweep.run_isolated(script, cores, overlay)

@@ -1,0 +1,169 @@
+"""The support mode: does the model load, compile and generate (or run its forward pass) on the
+device, and does its output match the CPU? One row per model in ``<results>/data``
+(:data:`~pytest_neuronsupport.dataset.schema.SUPPORT`).
+
+Its script is the model's ``run.py``, rendered from the runner's run code and the model's
+parameters (:mod:`pytest_neuronsupport.pipeline.render`), run isolated on the cores the model
+was sized for with its CPU reference (the file that holds or will hold it). A run whose load
+fails for a library transformers says is missing runs once more with it
+(:func:`~pytest_neuronsupport.pipeline.packages.missing_library`); its row is the second run's,
+saying so. With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
+(:mod:`pytest_neuronsupport.pipeline.minify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport.dataset import layout
+from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.options import Settings
+from pytest_neuronsupport.pipeline import classify, minify, packages
+from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.plan import Plan
+from pytest_neuronsupport.pipeline.reference import reference_file
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+
+
+class Support:
+    """The support mode (see the module's docstring)."""
+
+    name = "support"
+    table = SUPPORT
+    budgeted = True
+    sized = True
+    hooked = True
+
+    def wanted(self, spec: ModelSpec, settings: Settings) -> bool:
+        return not trains(spec, settings)
+
+    def ready(self, sweep: Sweep, spec: ModelSpec, before: Mapping[str, ModeOutcome]) -> bool:
+        return True
+
+    def base_row(self, sweep: Sweep, spec: ModelSpec) -> dict[str, Any]:
+        return {**common_row(sweep, spec), "selection_rank": spec.selection_rank}
+
+    def script(self, sweep: Sweep, planned: Plan, base: dict[str, Any]) -> Script:
+        text = render(*script_parts(sweep, planned), sweep.stack)
+        path = layout.run_py_path(sweep.settings.results, sweep.pair, planned.spec.id)
+        return Script(text, path, key=planned.spec.id)
+
+    def run(
+        self, sweep: Sweep, planned: Plan, script: Script, base: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        s, spec, run_py, text = sweep.settings, planned.spec, script.path, script.text
+        needs = spec.packages
+        fields = attempt(sweep, planned, needs, run_py, text)
+        missing = None
+        if fields["result"] == Result.FAIL_LOAD:
+            missing = packages.missing_library(fields.get("error"), spec.packages)
+        if missing is not None:  # once: the retry's own missing library is its verdict
+            needs = (*spec.packages, missing)
+            text = render(*script_parts(sweep, planned, needs), sweep.stack)
+            retried = attempt(sweep, planned, needs, run_py, text)
+            fields = classify.retried(retried, missing, fields)
+        if s.minify and minify.wanted(fields, planned.cores):
+            fields = minified(sweep, planned, needs, run_py, fields)
+        assert planned.runner is not None
+        fields.update(
+            revision=planned.revision,
+            runner=planned.runner.column,
+            neuron_cores=planned.cores,
+            hbm_capacity_gb=round(s.core_capacity_gb * planned.cores, 6),
+            run_py=text,
+            run_py_sha256=sha256(text),
+        )
+        return [{**base, **fields}]
+
+
+def script_parts(
+    sweep: Sweep, planned: Plan, needs: tuple[str, ...] | None = None
+) -> tuple[RunParams, ScriptPlan]:
+    """What the model's ``run.py`` is made of: its parameters and its code (and the packages it
+    needs beyond the stack: the list entry's, unless ``needs`` says otherwise)."""
+    s, runner = sweep.settings, planned.runner
+    assert runner is not None
+    judged = runner.generates and sweep.judge is not None
+    params = RunParams(
+        model_id=planned.spec.id,
+        checkpoint=planned.checkpoint,
+        runner=runner.name,
+        device=s.device.name,
+        backend=s.backend,
+        dtype=s.dtype,
+        fullgraph=s.device.fullgraph,
+        cores=planned.cores,
+        revision=planned.revision,
+        prefill_chunk=s.prefill_chunk if runner.generates else None,
+        judge=sweep.judge if judged else None,
+    )
+    several = planned.cores > 1
+    code = ScriptPlan(
+        runner_module=runner.module,
+        runner_entry=runner.entry_for(planned.config, planned.cores),
+        entry="main_ranks" if several else "main",
+        ops_class=s.device.rank_ops if several else s.device.ops,
+        runner_column=runner.column,
+        judged=judged,
+        imported_backend=":" in s.backend,
+        packages=planned.spec.packages if needs is None else needs,
+    )
+    return params, code
+
+
+def attempt(
+    sweep: Sweep, planned: Plan, needs: tuple[str, ...], run_py: Path, text: str
+) -> dict[str, Any]:
+    """Write ``run.py``, install the packages it needs, run it: the row fields it comes to."""
+    run_py.write_text(text, encoding="utf-8")
+    overlay = None
+    if needs:
+        try:
+            overlay = packages.overlay(needs, sweep.settings.cache, sweep.settings.timeout_s)
+        except packages.PackageError as exc:
+            return classify.not_installed(exc)
+    return classify.ran(execute(sweep, planned, run_py, overlay))
+
+
+def minified(
+    sweep: Sweep, planned: Plan, needs: tuple[str, ...], run_py: Path, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """The failed run again as ``minify.py``, under PyTorch's minifier: the row fields with its
+    repro (:mod:`pytest_neuronsupport.pipeline.minify`)."""
+    params, code = script_parts(sweep, planned, needs)
+    script = run_py.with_name(minify.SCRIPT)
+    code = replace(code, minified=True, script_name=minify.SCRIPT)
+    script.write_text(render(params, code, sweep.stack), "utf-8")
+    s = sweep.settings
+    overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None  # made
+    outcome = execute(sweep, planned, script, overlay, s.minify_timeout_s)
+    return minify.with_repro(fields, outcome, run_py.parent)
+
+
+def execute(
+    sweep: Sweep,
+    planned: Plan,
+    run_py: Path,
+    overlay: Path | None = None,
+    timeout_s: float | None = None,
+) -> Outcome:
+    """Run a model's script with its CPU reference (the file that holds or will hold it)
+    isolated on its cores (importing the packages of ``overlay`` before the environment's;
+    ``timeout_s``: the sweep's own). ``run.py`` writes ``verdict.json`` and ``output.log``,
+    another script ``<stem>.json`` and ``<stem>.log``."""
+    # hashing the checkpoint's files happens before the lease: the cores wait for no I/O
+    reference = reference_file(sweep.settings.cache / "references", planned, sweep.stack)
+    env = {}
+    if reference is not None:
+        reference.parent.mkdir(parents=True, exist_ok=True)
+        env[REFERENCE_ENV] = str(reference)
+    stem = run_py.stem
+    names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
+    return sweep.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)

@@ -1,0 +1,167 @@
+"""The sweep's shared services, one object every mode receives: its settings and runners, the
+stack and the pair it records into, the ``--neuron-limit`` budget, the core allocator, the
+executor (the warm fork server), the English judge, the recorded rows, and how a script runs
+isolated on leased cores.
+
+Nothing here knows pytest or a mode: :mod:`pytest_neuronsupport.modes` decides what runs and
+what its rows say; this module only provides what every mode shares.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport.dataset import layout
+from pytest_neuronsupport.dataset.schema import Table
+from pytest_neuronsupport.dataset.store import find_row
+from pytest_neuronsupport.hookspec import Hooks
+from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.options import Settings
+from pytest_neuronsupport.pipeline.budget import Budget
+from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
+from pytest_neuronsupport.pipeline.leases import CoreAllocator
+from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
+from pytest_neuronsupport.pipeline.sizing import size
+from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.stack import LIBRARY
+
+#: What every run's environment has unless the sweep's says otherwise.
+RUN_ENV: dict[str, str] = {
+    "PYTHONUNBUFFERED": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class Sweep:
+    """One sweep's shared services (created once per process: the controller's, each
+    worker's)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runners: Runners,
+        stack: dict[str, str | None],
+        sweep_id: str,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.settings = settings
+        self.runners = runners
+        self.stack = stack
+        self.sweep_id = sweep_id
+        self.hooks = hooks or Hooks()
+        self._executor: Executor | None = None
+
+    # --- where rows go ------------------------------------------------------------------------
+
+    @property
+    def compiler(self) -> tuple[str, str]:
+        return self.settings.device.compiler(self.settings.backend)
+
+    @property
+    def library_version(self) -> str:
+        return self.stack.get("library_version") or "unknown"
+
+    @property
+    def pair(self) -> str:
+        """The pair file this sweep writes, relative to each table's folder."""
+        return layout.pair_relpath(*self.compiler, LIBRARY, self.library_version)
+
+    def recorded(self, table: Table, key: Any) -> dict[str, Any] | None:
+        """The row recorded for ``key`` in this sweep's pair of ``table``."""
+        return find_row(self.settings.results, self.pair, key, table)
+
+    def run_dir(self, model_id: str) -> Path:
+        """Where a model's scripts and their outputs go."""
+        return layout.run_dir(self.settings.results, self.pair, model_id)
+
+    # --- shared state -------------------------------------------------------------------------
+
+    @cached_property
+    def budget(self) -> Budget:
+        """``--neuron-limit``, counted across the sweep's processes."""
+        folder = layout.sweeps_dir(self.settings.results)
+        return Budget(self.settings.limit, folder, self.sweep_id)
+
+    @cached_property
+    def allocator(self) -> CoreAllocator:
+        """Leases of this machine's cores of the device, shared by every sweep on it."""
+        device = self.settings.device
+        return CoreAllocator(self.settings.leases / f"{device.name}.json", device.core_count())
+
+    @property
+    def executor(self) -> Executor:
+        """The fork server starts with the first run: a sweep that runs nothing never pays."""
+        if self._executor is None:
+            self._executor = ISOLATIONS[self.settings.isolation]()
+        return self._executor
+
+    @cached_property
+    def judge(self) -> str | None:
+        """The English judge's checkpoint (a zoo model is built on first use)."""
+        value = self.settings.judge
+        if value is None:
+            return None
+        folder = self.settings.workdir / value
+        if not value.startswith(ZOO_PREFIX) and folder.is_dir():
+            return str(folder.resolve())
+        return resolve_checkpoint(value, None, self.settings.cache)[0]
+
+    # --- what every mode does -----------------------------------------------------------------
+
+    def plan(self, spec: ModelSpec, sized: bool = True) -> Plan:
+        """The entry's checkpoint, config and runner (or an exclusion), and with ``sized`` the
+        cores it gets (or ``too-large``)."""
+        s = self.settings
+        planned = plan(spec, s.cache, self.runners)
+        if not sized:
+            return planned
+        return size(
+            planned,
+            max_cores=s.max_cores,
+            device_cores=s.device.core_count(),
+            core_capacity_gb=s.core_capacity_gb,
+        )
+
+    def run_isolated(
+        self,
+        script: Path,
+        cores: int,
+        overlay: Path | None = None,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        names: tuple[str, str] = ("verdict.json", "output.log"),
+        defaults: Mapping[str, str] = RUN_ENV,
+    ) -> Outcome:
+        """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
+        environment over ``defaults``, the device's, then ``env``; its verdict and log in
+        ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
+        of packages imported before the environment's."""
+        s = self.settings
+        environment = {**defaults, **os.environ}
+        environment.update(s.device.run_env(s.cache))
+        environment.pop(REFERENCE_ENV, None)
+        environment.update(env or {})
+        with self.allocator.lease(cores) as lease:
+            environment.update(s.device.pin_env(lease.cores))
+            request = RunRequest(
+                script=script,
+                cwd=s.workdir,
+                env=environment,
+                verdict_path=script.parent / names[0],
+                log_path=script.parent / names[1],
+                timeout_s=timeout_s or s.timeout_s,
+                max_memory_gb=s.max_memory_gb,
+                cpus=s.device.cpus(lease.cores),
+                python_path=() if overlay is None else (overlay,),
+            )
+
+            def started(pid: int) -> None:
+                self.allocator.add_pid(lease, pid)  # the run holds the lease too
+
+            return self.executor.run(request, started=started)
