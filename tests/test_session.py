@@ -1,0 +1,132 @@
+"""The sweep session without a sweep: hooks that only hand work on, rows kept per table (never
+one table's rows in another's counts), reports that carry one value, and the summary."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import plugin, report, session, xdist
+from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
+from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.modes import ModeOutcome
+from pytest_neuronsupport.session import SweepSession, report_status
+
+#: A hook hands its work to a plain module: at most this many lines below its docstring.
+HOOK_LINES = 5
+
+
+def hooks_of(owner: object) -> list[tuple[str, Any]]:
+    members = inspect.getmembers(owner, inspect.isfunction)
+    return [(name, function) for name, function in members if name.startswith("pytest_")]
+
+
+@pytest.mark.parametrize(
+    "owner", [plugin, SweepSession, xdist.XdistHooks], ids=["plugin", "session", "xdist"]
+)
+def test_every_hook_is_a_few_lines_that_hand_the_work_on(owner: object) -> None:
+    found = hooks_of(owner)
+    assert found
+    for name, function in found:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            assert body[0].value.value, f"{name}: empty docstring"
+            body = body[1:]
+        else:
+            pytest.fail(f"{owner}.{name} has no docstring")
+        lines = body[-1].end_lineno - body[0].lineno + 1
+        assert lines <= HOOK_LINES, f"{name} is {lines} lines"
+
+
+def configured(pytester: pytest.Pytester, *args: str) -> SweepSession:
+    pytester.makefile(".toml", models='[[model]]\nid = "zoo:bert"\n')
+    config = pytester.parseconfigure(
+        "--neuron-sweep", "--neuron-models", "models.toml", "--neuron-backend", "eager", *args
+    )
+    found = config.pluginmanager.get_plugin("neuronsupport-session")
+    assert isinstance(found, SweepSession)
+    return found
+
+
+def row(model_id: str, result: str = "PASS", **fields: Any) -> dict[str, Any]:
+    return {"model_id": model_id, "result": result, "tested_at": None, **fields}
+
+
+def test_rows_are_kept_per_table_and_counted_apart(pytester: pytest.Pytester) -> None:
+    sweep = configured(pytester)
+    sweep.record(
+        [
+            ModeOutcome("support", "a", [row("a"), row("b", "FAIL(gen)", notes="boom")]),
+            ModeOutcome("perf", "a", [row("a", configuration="b1")]),
+        ]
+    )
+    sweep.record([ModeOutcome("support", "c", unchanged=True, reason="unchanged since ...")])
+    sweep.record([ModeOutcome("train", "d", reason="--neuron-limit 1 reached")])  # ran nothing
+    assert [r["model_id"] for r in sweep.rows["support"]] == ["a", "b"]
+    assert [r["model_id"] for r in sweep.rows["perf"]] == ["a"]
+    assert sweep.unchanged == {"support": ["c"]} and "train" not in sweep.rows
+    facts = sweep.summary_facts()
+    assert [t.name for t in facts.tables] == ["support", "perf"]
+    lines = [line for table in facts.tables for line in report.table_lines(table)]
+    assert lines[0] == "1 PASS, 1 FAIL(gen); 1 unchanged (not run again)"
+    assert lines[1].startswith("FAIL(gen)") and "boom" in lines[1]
+    assert lines[2].startswith("dataset: ") and lines[2].endswith(".parquet")
+    assert lines[3] == "perf: 1 PASS" and lines[4].startswith("perf: ")
+
+
+def test_a_report_carries_one_value_and_the_first_row_decides_the_status(
+    pytester: pytest.Pytester,
+) -> None:
+    sweep = configured(pytester)
+    rep = pytest.TestReport("models.toml::a", ("models.toml", 0, "a"), {}, "failed", None, "call")
+    outcomes = [
+        ModeOutcome("support", "a", [row("a", "FAIL(output)")]),
+        ModeOutcome("perf", "a", [row("a", configuration="b1")]),
+    ]
+    sweep.attach(rep, outcomes, [])
+    carried = getattr(rep, session.OUTCOMES_ATTRIBUTE)
+    assert carried == [o.to_dict() for o in outcomes]  # plain types: xdist sends them as is
+    assert session.outcomes_of(rep) == outcomes
+    assert report_status(rep, outcomes, lines_per_model=False) == ("failed", "F", "FAIL(output)")
+    assert report_status(rep, outcomes, lines_per_model=True) == ("failed", "", "FAIL(output)")
+
+
+def test_the_results_store_follows_the_uri(tmp_path: Path) -> None:
+    folder = open_results(tmp_path / "results")
+    assert isinstance(folder, FolderResults) and folder.folder == tmp_path / "results"
+    where, _ = folder.write_once("shards/k.json", "first")
+    assert folder.write_once("shards/k.json", "second") == (where, "first")
+    assert where == str(tmp_path / "results" / "shards" / "k.json")
+    shared = open_results(tmp_path / "copy", "s3://bucket/prefix")
+    assert isinstance(shared, ObjectStoreResults) and shared.folder == tmp_path / "copy"
+    assert shared.where("shards") == "s3://bucket/prefix/shards"
+
+
+def test_a_results_location_that_cannot_be_used_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".toml", models='[[model]]\nid = "zoo:bert"\n')
+    (pytester.path / "afile").write_text("not a folder")
+    result = pytester.runpytest_subprocess(
+        "--neuron-sweep", "--neuron-models", "models.toml", "--neuron-results", "afile"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-results *afile is not a folder*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_the_support_table_is_the_one_held_against_a_baseline(pytester: pytest.Pytester) -> None:
+    sweep = configured(pytester)
+    held: list[dict[str, Any]] = []
+    sweep.hold_against_baseline = lambda rep, r, props: held.append(r)  # type: ignore[method-assign]
+    rep = pytest.TestReport("m::a", ("m", 0, "a"), {}, "passed", None, "call")
+    sweep.attach(rep, [ModeOutcome("train", "a", [row("a", seq_len=128)])], [])
+    assert held == []
+    sweep.attach(rep, [ModeOutcome(SUPPORT.name, "a", [row("a")])], [])
+    assert [r["model_id"] for r in held] == ["a"]
