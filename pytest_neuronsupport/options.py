@@ -1,5 +1,5 @@
 """The options of a sweep, defined once: pytest's flags and ini keys, the ``neuronsupport``
-command's flags, and the :class:`Settings` they resolve to.
+command's flags, the :class:`Settings` they resolve to, and their reference page.
 
 Each :class:`Option` of :data:`OPTIONS` is ``--neuron-<name>`` and the ini key
 ``neuron_<name>`` in pytest, and ``--<name>`` for the commands of ``neuronsupport`` that take it
@@ -8,7 +8,9 @@ which wins over the default. Paths given as flags are relative to the folder pyt
 ini keys, to the ini file's folder.
 
 An option's default is its declaration's, and only there: the help texts, the ini keys, the
-command's flags and the :class:`Settings` fields all read it from :data:`OPTIONS`.
+command's flags, the :class:`Settings` fields and the reference page
+(``python -m pytest_neuronsupport.options > docs/options.md``) all read it from
+:data:`OPTIONS`.
 """
 
 from __future__ import annotations
@@ -549,3 +551,64 @@ def bench_settings(values: _Values) -> dict[str, Any]:
     """The benchmark's settings (``--neuron-bench*``, the price)."""
     names = [*(o.name for o in OPTIONS if o.name.startswith("bench")), "price-per-hour", "instance"]
     return {BY_NAME[name].dest: values.get(name) for name in names}
+
+
+#: The page ``reference_markdown`` writes, and the command that writes it.
+REFERENCE_PAGE = "docs/options.md"
+REFERENCE_COMMAND = f"python -m pytest_neuronsupport.options > {REFERENCE_PAGE}"
+
+
+def _markdown(text: str) -> str:
+    """Plain text as Markdown: `code` spans kept, what Markdown or a table reads otherwise
+    escaped (a code span never holds a pipe: tables split cells on it in some renderers)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside the code spans
+        escaped = "".join(f"\\{c}" if c in "\\*_[]|#" else c for c in parts[i])
+        parts[i] = escaped.replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if "|" not in text and "`" not in text else _markdown(text)
+
+
+def reference_markdown() -> str:
+    """The options' reference page (Markdown), from :data:`OPTIONS`."""
+    lines = [
+        "# Options",
+        "",
+        f"<!-- Generated from pytest_neuronsupport/options.py by `{REFERENCE_COMMAND}`. -->",
+        "",
+        "Each option is a pytest flag, `--neuron-<name>`, and, when it takes a value, an ini "
+        "key, `neuron_<name>`; the `neuronsupport` commands that take one spell it "
+        "`--<name>`. A flag wins over the ini key, which wins over the default. Paths given "
+        "as flags are relative to the folder pytest runs in; as ini keys, to the ini file's "
+        "folder.",
+        "",
+        "| Flag | Ini key | Default | Meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for option in OPTIONS:
+        flag = _code(f"--neuron-{option.name}")
+        if option.metavar:
+            flag += f" {_markdown(option.metavar)}"
+        ini = "" if option.kind == "flag" else _code(f"neuron_{option.dest}")
+        if option.kind == "flag":
+            default = "off"
+        elif option.described is not None:
+            default = _markdown(option.described)
+        elif option.default is not None:
+            default = _code(str(option.default))
+        else:
+            default = "none"
+        meaning = _markdown(option.help)
+        if option.kind == "paths":
+            meaning += " (in the ini key, one per line)"
+        if option.choices:
+            meaning += f"; one of {', '.join(_code(choice) for choice in option.choices)}"
+        lines.append(f"| {flag} | {ini} | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")
