@@ -1,4 +1,4 @@
-"""The ``neuronsupport`` command: the tiny-model zoo, and answers read from a results dataset.
+"""The neuronsupport command: the tiny-model zoo, and answers read from a results dataset.
 
 neuronsupport zoo list                       the bundled tiny models
 neuronsupport zoo build [NAME...]            build them into the cache (all by default)
@@ -12,8 +12,8 @@ neuronsupport page --out DIR                 a static page to browse the results
 neuronsupport card                           the dataset's README.md card
 neuronsupport upgrade                        rewrite files of an older schema to the current one
 neuronsupport merge                          fold journals (a folder) or shards' rows (s3://) in
-
-Commands that read results take ``--results DIR`` (default ``results``).
+neuronsupport train-report                   the training table, per model
+neuronsupport perf                           the performance tables
 """
 
 from __future__ import annotations
@@ -45,10 +45,17 @@ def _pair(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    results_default = options.BY_NAME["results"].default_text
     p = argparse.ArgumentParser(
         prog="neuronsupport",
         description=__doc__.splitlines()[0],
-        epilog="\n".join(__doc__.splitlines()[2:]),
+        epilog="\n".join(
+            [
+                *__doc__.splitlines()[2:],
+                "",
+                f"Commands that read results take --results DIR (default {results_default}).",
+            ]
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
