@@ -14,28 +14,33 @@ expectations in a diff::
 
     [expected]
     "zoo:bert-mlm" = "PASS"
-    "zoo:llava" = { result = "PASS", graph_breaks = 2 }
+    "zoo:llava" = {result = "PASS", graph_breaks = 2}
     "zoo:t5" = "FAIL(gen)"
-    "org/sometimes" = { result = "FAIL(output)", flaky = true }
+    "org/sometimes" = {result = "FAIL(output)", flaky = true}
 
 A model without ``graph_breaks`` (a row without the count, or a baseline written before it was
 recorded) is held by its result only.
 
-Standard library only (no torch): the plugin, its workers and the command all read it.
+It is read with the standard library only (``tomllib``; no torch): the plugin, its workers
+and the command all read it. It is written with ``tomlkit``, which updates an existing file in
+place: ``neuronsupport baseline update`` keeps its comments and the entries that did not
+change.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
-from pytest_neuronsupport.modellist import toml_string
 from pytest_neuronsupport.runners.lib.protocol import Result
+
+if TYPE_CHECKING:
+    from tomlkit.items import Comment, Item, SingleKey, Whitespace
 
 __all__ = [
     "Baseline",
@@ -107,30 +112,129 @@ class Baseline:
         )
 
 
-def text(baseline: Baseline) -> str:
-    """The file's text: a header, the pair, then one line per model in id order."""
-    lines = [
-        "# Expected results of a pytest-neuronsupport sweep, one line per model.",
-        "# Written by `neuronsupport baseline update`; a model marked flaky never fails a check:",
-        '#   "org/model" = { result = "FAIL(gen)", flaky = true }',
-        f"pair = {toml_string(baseline.pair)}",
-        "",
-        "[expected]",
-    ]
+_HEADER: Final = (
+    "Expected results of a pytest-neuronsupport sweep, one line per model.",
+    "Written by `neuronsupport baseline update`; a model marked flaky never fails a check:",
+    '  "org/model" = {result = "FAIL(gen)", flaky = true}',
+)
+
+
+def _key(model_id: str) -> SingleKey:
+    """A model id as the file's key: always quoted, as ids with a ``/`` or ``:`` must be."""
+    from tomlkit.items import KeyType, SingleKey
+
+    return SingleKey(model_id, KeyType.Basic)
+
+
+def _value(expected: Expected) -> Item:
+    """``"PASS"``, or ``{result = "PASS", graph_breaks = 2, flaky = true}``."""
+    import tomlkit
+
+    if expected.graph_breaks is None and not expected.flaky:
+        return tomlkit.string(expected.result)
+    table = tomlkit.inline_table()
+    table.append("result", expected.result)
+    if expected.graph_breaks is not None:
+        table.append("graph_breaks", expected.graph_breaks)
+    if expected.flaky:
+        table.append("flaky", True)
+    return table
+
+
+def text(baseline: Baseline, existing: str | None = None) -> str:
+    """The file's text: a header, the pair, then one line per model in id order.
+
+    Given ``existing``, the text of a baseline file, that file updated instead: its comments
+    kept, its entries that did not change kept as they are where they are, changed ones
+    replaced in place, new ones inserted (before the first entry whose id sorts after theirs)
+    and those no longer in ``baseline`` removed. A file that cannot be updated so (not TOML, or
+    not only ``pair`` and an ``[expected]`` table of entries) is written afresh.
+    """
+    import tomlkit
+
+    updated = None if existing is None else _updated(existing, baseline)
+    if updated is not None:
+        return updated
+    document = tomlkit.document()
+    for line in _HEADER:
+        document.add(tomlkit.comment(line))
+    document.add("pair", baseline.pair)
+    document.add(tomlkit.nl())
+    expected = tomlkit.table()
     for model_id in sorted(baseline.expected):
-        expected = baseline.expected[model_id]
-        value = toml_string(expected.result)
-        more = [f"graph_breaks = {expected.graph_breaks}"] * (expected.graph_breaks is not None)
-        more += ["flaky = true"] * expected.flaky
-        if more:
-            value = f"{{ result = {value}, {', '.join(more)} }}"
-        lines.append(f"{toml_string(model_id)} = {value}")
-    return "\n".join(lines) + "\n"
+        expected.add(_key(model_id), _value(baseline.expected[model_id]))
+    document.add("expected", expected)
+    return tomlkit.dumps(document)
+
+
+def _updated(existing: str, baseline: Baseline) -> str | None:
+    """``existing`` updated to ``baseline`` (see :func:`text`); None: it cannot be."""
+    import tomlkit
+    import tomlkit.exceptions
+    from tomlkit.container import Container
+    from tomlkit.items import Comment, InlineTable, String, Table, Whitespace
+
+    try:
+        document = tomlkit.parse(existing)
+    except tomlkit.exceptions.ParseError:
+        return None
+    old = document.get("expected", tomlkit.table())
+    if set(document) - {"pair", "expected"} or not isinstance(old, Table):
+        return None
+    body = old.value.body
+    if any(k is not None and not isinstance(v, String | InlineTable) for k, v in body):
+        return None  # sub-tables ([expected."org/model"]): written afresh
+    if document.get("pair") != baseline.pair:
+        document["pair"] = baseline.pair
+    new = sorted(set(baseline.expected) - {k.key for k, _ in body if k is not None})
+    expected = Table(Container(), replace(old.trivia), False)
+    waiting: list[Comment | Whitespace] = []  # kept above the entry below them
+    for key, item in body:
+        if key is None:
+            if not isinstance(item, Comment | Whitespace):
+                return None
+            waiting.append(item)
+            continue
+        while new and new[0] < key.key:
+            model_id = new.pop(0)
+            expected.add(_key(model_id), _value(baseline.expected[model_id]))
+        for kept in waiting:
+            expected.add(kept)
+        waiting = []
+        wanted = baseline.expected.get(key.key)
+        if wanted is None:
+            continue  # no longer in the results
+        try:
+            same = _expected(Path("-"), key.key, item.unwrap()) == wanted
+        except BaselineError:
+            same = False
+        if same:
+            expected.add(key, item)
+        else:
+            replaced = _value(wanted)
+            replaced.trivia.comment_ws = item.trivia.comment_ws  # its comment on the line
+            replaced.trivia.comment = item.trivia.comment
+            expected.add(key, replaced)
+    for model_id in new:
+        expected.add(_key(model_id), _value(baseline.expected[model_id]))
+    for kept in waiting:
+        expected.add(kept)
+    if "expected" in document:
+        document["expected"] = expected
+    else:
+        document.add("expected", expected)
+    return tomlkit.dumps(document)
 
 
 def write(path: Path, baseline: Baseline) -> None:
-    """Write the baseline to ``path`` atomically."""
-    atomic_write_text(Path(path), text(baseline))
+    """Write the baseline to ``path`` atomically; an existing file there is updated (its
+    comments and unchanged entries kept, see :func:`text`)."""
+    path = Path(path)
+    try:
+        existing: str | None = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        existing = None
+    atomic_write_text(path, text(baseline, existing))
 
 
 def _expected(path: Path, model_id: str, value: object) -> Expected:

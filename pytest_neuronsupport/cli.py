@@ -1,4 +1,4 @@
-"""The ``neuronsupport`` command: the tiny-model zoo, and answers read from a results dataset.
+"""The neuronsupport command: the tiny-model zoo, and answers read from a results dataset.
 
 neuronsupport zoo list                       the bundled tiny models
 neuronsupport zoo build [NAME...]            build them into the cache (all by default)
@@ -12,8 +12,8 @@ neuronsupport page --out DIR                 a static page to browse the results
 neuronsupport card                           the dataset's README.md card
 neuronsupport upgrade                        rewrite files of an older schema to the current one
 neuronsupport merge                          fold journals (a folder) or shards' rows (s3://) in
-
-Commands that read results take ``--results DIR`` (default ``results``).
+neuronsupport train-report                   the training table, per model
+neuronsupport perf                           the performance tables
 """
 
 from __future__ import annotations
@@ -31,8 +31,13 @@ class CommandError(Exception):
     """A command cannot do what was asked; the message says why (exit status 2)."""
 
 
+def _options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """The sweep's options named, as ``--<name>``, with their declared defaults."""
+    options.add_options(parser.add_argument, names, prefix="--", defaults=True)
+
+
 def _results(parser: argparse.ArgumentParser) -> None:
-    options.add_options(parser.add_argument, ["results"], prefix="--")  # as --neuron-results
+    _options(parser, "results")  # as --neuron-results
 
 
 def _pair(parser: argparse.ArgumentParser, help: str) -> None:
@@ -40,10 +45,17 @@ def _pair(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    results_default = options.BY_NAME["results"].default_text
     p = argparse.ArgumentParser(
         prog="neuronsupport",
         description=__doc__.splitlines()[0],
-        epilog="\n".join(__doc__.splitlines()[2:]),
+        epilog="\n".join(
+            [
+                *__doc__.splitlines()[2:],
+                "",
+                f"Commands that read results take --results DIR (default {results_default}).",
+            ]
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -54,18 +66,22 @@ def parser() -> argparse.ArgumentParser:
     zoo_sub.add_parser("list", help="list the tiny models")
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
-    options.add_options(build.add_argument, ["cache"], prefix="--")  # as --neuron-cache
+    _options(build, "cache")  # as --neuron-cache
 
     select = sub.add_parser(
         "select", help="write a model list from the Hub's rankings (at HF_ENDPOINT), pinned"
     )
     select.add_argument("--out", metavar="FILE", required=True, help="the model list (TOML)")
-    select.add_argument("--top", type=int, default=100, help="models in the selection (100)")
-    select.add_argument("--depth", type=int, default=1000, help="models per ranking (1000)")
+    select.add_argument(
+        "--top", type=int, default=100, help="models in the selection (default %(default)s)"
+    )
+    select.add_argument(
+        "--depth", type=int, default=1000, help="models per ranking (default %(default)s)"
+    )
     select.add_argument(
         "--tasks", nargs="+", metavar="TASK", help="pipeline tags to rank (the card's by default)"
     )
-    options.add_options(select.add_argument, ["device", "max-cores", "core-memory"], prefix="--")
+    _options(select, "device", "max-cores", "core-memory")
 
     lookup = sub.add_parser("lookup", help="every recorded row of a model, one line per pair")
     lookup.add_argument("model", metavar="MODEL", help="a model id, or part of one (any case)")
@@ -127,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _results_dir(args: argparse.Namespace) -> Path:
-    results = Path(args.results or options.BY_NAME["results"].default)
+    results = Path(args.results)
     if not (results / "data").is_dir():
         raise CommandError(f"no results dataset at {results} (no {results / 'data'} folder)")
     return results
@@ -141,7 +157,7 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 
 def _zoo_build(args: argparse.Namespace) -> int:
-    cache = (Path(args.cache) if args.cache else options.default_cache()).resolve()
+    cache = Path(args.cache).resolve()
     names = args.names or zoo.names()
     unknown = [n for n in names if n not in zoo.names()]
     if unknown:
@@ -161,9 +177,9 @@ def _select(args: argparse.Namespace) -> int:
 
     if args.top < 1 or args.depth < 1:
         raise CommandError("--top and --depth must be positive")
-    device = devices.resolve(args.device or "auto")
+    device = devices.resolve(args.device)
     limits = selection.Limits(
-        max_cores=int(args.max_cores or options.BY_NAME["max-cores"].default),
+        max_cores=int(args.max_cores),
         core_memory_gb=float(args.core_memory or device.core_capacity_gb()),
         has_token=get_token() is not None,
     )
@@ -303,7 +319,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 def _merge(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.dataset.layout import is_shared
 
-    results = str(args.results or options.BY_NAME["results"].default)
+    results = str(args.results)
     if is_shared(results):
         from pytest_neuronsupport.dataset.shared import SharedResults
 
@@ -327,7 +343,7 @@ def _merge(args: argparse.Namespace) -> int:
 def _train_report(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.training import train_report
 
-    results = Path(args.results or options.BY_NAME["results"].default)
+    results = Path(args.results)
     lines = train_report(results)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no training results") else 1
@@ -336,7 +352,7 @@ def _train_report(args: argparse.Namespace) -> int:
 def _perf(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.perf import perf_report
 
-    results = Path(args.results or options.BY_NAME["results"].default)
+    results = Path(args.results)
     lines = perf_report(results)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no performance results") else 1

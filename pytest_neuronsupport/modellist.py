@@ -28,7 +28,6 @@ validator (cheap): collecting a 1000-entry list must cost next to nothing.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -110,11 +109,6 @@ class ModelSpec:
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line}"
-
-
-def toml_string(text: str) -> str:
-    """``text`` as a TOML basic string: JSON's escapes are TOML's, and DEL is escaped too."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _header_lines(text: str) -> list[int]:

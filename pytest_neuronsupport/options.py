@@ -1,11 +1,16 @@
 """The options of a sweep, defined once: pytest's flags and ini keys, the ``neuronsupport``
-command's flags, and the :class:`Settings` they resolve to.
+command's flags, the :class:`Settings` they resolve to, and their reference page.
 
 Each :class:`Option` of :data:`OPTIONS` is ``--neuron-<name>`` and the ini key
 ``neuron_<name>`` in pytest, and ``--<name>`` for the commands of ``neuronsupport`` that take it
 (as pytest-benchmark shares its option builders with its command). A flag wins over the ini key,
 which wins over the default. Paths given as flags are relative to the folder pytest runs in; as
 ini keys, to the ini file's folder.
+
+An option's default is its declaration's, and only there: the help texts, the ini keys, the
+command's flags, the :class:`Settings` fields and the reference page
+(``python -m pytest_neuronsupport.options > docs/options.md``) all read it from
+:data:`OPTIONS`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,20 @@ from pytest_neuronsupport.shards import parse as parse_shard
 ISOLATIONS = ("fork", "fresh")
 #: The English judge unless told otherwise: a small instruct model, pinned to one commit.
 DEFAULT_JUDGE = "Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775"
+#: The kinds of option: a switch, text, positive numbers ("int", "float"), a count that may be
+#: 0 ("size"), a path, and paths.
+KINDS = ("flag", "text", "int", "float", "size", "path", "paths")
+
+
+def default_leases() -> Path:
+    """One folder per machine: every sweep on it, whatever its cache, leases cores there."""
+    folder = os.path.join(tempfile.gettempdir(), "pytest-neuronsupport-leases")
+    return Path(os.environ.get("NEURONSUPPORT_LEASES", folder))
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(os.environ.get("NEURONSUPPORT_CACHE", os.path.join(base, "pytest-neuronsupport")))
 
 
 @dataclass(frozen=True)
@@ -45,25 +64,60 @@ class Option:
     """One option: ``--neuron-<name>`` / ``neuron_<name>`` (pytest), ``--<name>`` (command)."""
 
     name: str
+    #: What it does, without its default (``help_text`` adds it).
     help: str
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
-    #: "text", "int", "float" (positive numbers), "size" (a count, 0 allowed), "path", "flag".
+    #: One of :data:`KINDS`.
     kind: str = "text"
+    #: The value when neither the flag nor the ini key is given (None: none), as its text would
+    #: be given; or a function of no arguments for a default computed when the options are
+    #: resolved (``described`` then says it in words).
     default: Any = None
+    #: The default in words, where it is not a plain value: a computed one, or the device's.
+    described: str | None = None
+    #: Reads a "text" option's value (given or default) into what :class:`Settings` holds.
+    parse: Callable[[str], Any] | None = None
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as the help and the reference say it (None: the option has none)."""
+        if self.described is not None:
+            return self.described
+        if self.kind == "flag" or self.default is None:
+            return None
+        return str(self.default)
+
+    def help_text(self, more: str = "") -> str:
+        """The help, then ``more``, then the default: ``"seconds one model may run (default
+        1800)"``."""
+        default = self.default_text
+        if default is None:
+            return f"{self.help}{more}"
+        return f"{self.help}{more} (default{':' if self.described else ''} {default})"
+
+    def default_value(self) -> Any:
+        """The default as :class:`Settings` holds it (computed, parsed); None: no default."""
+        if self.kind == "flag":
+            return False
+        default = self.default() if callable(self.default) else self.default
+        if default is None or self.kind in ("path", "paths"):
+            return default
+        return _parsed(self, str(default))
 
 
 OPTIONS: tuple[Option, ...] = (
     Option("sweep", "run the model sweep: one test per model of the model lists", kind="flag"),
     Option(
         "models",
-        "model list files (TOML); default: the bundled tiny.toml",
+        "model list files (TOML)",
         metavar="PATH",
         kind="paths",
+        described="the bundled tiny.toml, or train.toml with --neuron-train",
     ),
     Option(
         "device",
@@ -71,7 +125,12 @@ OPTIONS: tuple[Option, ...] = (
         choices=devices.CHOICES,
         default="auto",
     ),
-    Option("backend", "torch.compile backend name, or package.module:callable", metavar="NAME"),
+    Option(
+        "backend",
+        "torch.compile backend name, or package.module:callable",
+        metavar="NAME",
+        described="the device's: neuron on neuron, inductor on cuda and cpu",
+    ),
     Option(
         "dtype",
         "dtype of the device run; auto: bf16 on accelerators, fp32 on cpu",
@@ -80,19 +139,20 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "results",
-        "results folder (default results/), or s3://bucket/prefix shared by a sweep's shards",
+        "results folder, or s3://bucket/prefix shared by a sweep's shards",
         "DIR|URI",
         kind="path",
         default="results",
     ),
-    Option(
-        "timeout", "seconds one model may run (default 1800)", "SECONDS", kind="float", default=1800
-    ),
+    Option("timeout", "seconds one model may run", "SECONDS", kind="float", default=1800),
     Option(
         "cache",
-        "cache: tiny models, references, compile caches (~/.cache/pytest-neuronsupport)",
+        "cache: tiny models, references, compile caches",
         "DIR",
         kind="path",
+        default=default_cache,
+        described="$NEURONSUPPORT_CACHE, else $XDG_CACHE_HOME/pytest-neuronsupport, else "
+        "~/.cache/pytest-neuronsupport",
     ),
     Option("limit", "run at most N models, going down the lists in order", "N", kind="int"),
     Option("rerun", "run models again even when their run.py is the one recorded", kind="flag"),
@@ -104,7 +164,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "minify-timeout",
-        "seconds the minifier may take for one model (default 600)",
+        "seconds the minifier may take for one model",
         "SECONDS",
         kind="float",
         default=600,
@@ -115,22 +175,17 @@ OPTIONS: tuple[Option, ...] = (
         "GB",
         kind="float",
     ),
-    Option(
-        "max-cores",
-        "largest number of cores a model may get (default 16)",
-        "N",
-        kind="int",
-        default=16,
-    ),
+    Option("max-cores", "largest number of cores a model may get", "N", kind="int", default=16),
     Option(
         "core-memory",
-        "memory of one core for sizing models (default: the device's)",
+        "memory of one core for sizing models",
         "GB",
         kind="float",
+        described="the device's",
     ),
     Option(
         "prefill-chunk",
-        "decoders prefill in chunks of N tokens (default 32; 0: one pass)",
+        "decoders prefill in chunks of N tokens; 0: in one pass",
         "N",
         kind="size",
         default=32,
@@ -138,7 +193,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "judge",
         "English judge when the CPU comparison does not run: a Hub id[@revision], a local path, "
-        f"zoo:<name>, or none (default {DEFAULT_JUDGE})",
+        "zoo:<name>, or none",
         "MODEL",
         default=DEFAULT_JUDGE,
     ),
@@ -156,17 +211,19 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "shard",
-        "run the I-th of N disjoint, cost-balanced parts of the lists (default: from "
-        "JOB_COMPLETION_INDEX or AWS_BATCH_JOB_ARRAY_INDEX when set)",
+        "run the I-th of N disjoint, cost-balanced parts of the lists",
         "I/N",
+        described="from JOB_COMPLETION_INDEX or AWS_BATCH_JOB_ARRAY_INDEX when set, else all "
+        "of the lists",
     ),
     Option("shards", "how many shards there are, where the engine does not say", "N", kind="int"),
     Option(
         "leases",
-        "folder of this machine's core leases, shared by every sweep on it whatever its cache "
-        "(default: <tmp>/pytest-neuronsupport-leases, or $NEURONSUPPORT_LEASES)",
+        "folder of this machine's core leases, shared by every sweep on it whatever its cache",
         "DIR",
         kind="path",
+        default=default_leases,
+        described="$NEURONSUPPORT_LEASES, else <tmp>/pytest-neuronsupport-leases",
     ),
     Option(
         "train",
@@ -176,7 +233,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "train-max-batch",
-        "largest batch size a training batch search tries (default 256)",
+        "largest batch size a training batch search tries",
         "N",
         kind="int",
         default=256,
@@ -187,22 +244,35 @@ OPTIONS: tuple[Option, ...] = (
         "and TPOT, compiled and eager (rows in <results>/perf; `neuronsupport perf` prints them)",
         kind="flag",
     ),
-    Option("bench-batch", "batch sizes to benchmark, e.g. 1,16 (default 1)", "B[,B...]"),
-    Option("bench-seq-len", "encoders' sequence lengths (default 128)", "N[,N...]", default="128"),
+    Option(
+        "bench-batch",
+        "batch sizes to benchmark, e.g. 1,16",
+        "B[,B...]",
+        default="1",
+        parse=parse_sizes,
+    ),
+    Option(
+        "bench-seq-len",
+        "encoders' sequence lengths",
+        "N[,N...]",
+        default="128",
+        parse=parse_sizes,
+    ),
     Option(
         "bench-io",
-        "generation's input/output lengths, e.g. 128/128,2048/128 (default 128/128)",
+        "generation's input/output lengths, e.g. 128/128,2048/128",
         "IN/OUT[,...]",
         default="128/128",
+        parse=parse_io,
     ),
-    Option("bench-rounds", "timed rounds per configuration (default 10)", "N", kind="int"),
-    Option("bench-warmup", "untimed warm-up rounds after compiling (default 2)", "N", kind="size"),
+    Option("bench-rounds", "timed rounds per configuration", "N", kind="int", default=10),
+    Option("bench-warmup", "untimed warm-up rounds after compiling", "N", kind="size", default=2),
     Option(
         "bench-replicas",
-        "data parallel: replicas of a one-core model run at the same time, one per leased "
-        "core (default 1)",
+        "data parallel: replicas of a one-core model run at the same time, one per leased core",
         "N",
         kind="int",
+        default=1,
     ),
     Option(
         "price-per-hour", "hourly price of the machine, for the cost per 1M", "USD", kind="float"
@@ -214,7 +284,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "isolation",
-        "fork: runs forked from a warm server (default); fresh: a new python",
+        "fork: runs forked from a warm server; fresh: a new python",
         choices=ISOLATIONS,
         default="fork",
     ),
@@ -222,35 +292,74 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def default_leases() -> Path:
-    """One folder per machine: every sweep on it, whatever its cache, leases cores there."""
-    folder = os.path.join(tempfile.gettempdir(), "pytest-neuronsupport-leases")
-    return Path(os.environ.get("NEURONSUPPORT_LEASES", folder))
+def _parsed(option: Option, text: str) -> Any:
+    """The value of ``text`` given for ``option`` (a flag, an ini key or its default).
+
+    Raises:
+        pytest.UsageError: not one of its choices, not a positive number (a size may be 0), or
+            refused by its ``parse``.
+    """
+    if option.choices and text not in option.choices:
+        raise pytest.UsageError(
+            f"neuronsupport: neuron_{option.dest} = {text!r}: choose from "
+            f"{', '.join(option.choices)}"
+        )
+    if option.kind in ("int", "size", "float"):
+        try:
+            value: float = int(text) if option.kind in ("int", "size") else float(text)
+        except ValueError:
+            raise pytest.UsageError(
+                f"neuronsupport: --neuron-{option.name} {text!r} is not a number"
+            ) from None
+        if value < 0 or (value == 0 and option.kind != "size"):
+            raise pytest.UsageError(
+                f"neuronsupport: --neuron-{option.name} must be positive, not {text}"
+            )
+        return value
+    if option.parse is not None:
+        try:
+            return option.parse(text)
+        except ValueError as exc:
+            raise pytest.UsageError(f"neuronsupport: {exc}") from None
+    return text
 
 
-def default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(os.environ.get("NEURONSUPPORT_CACHE", os.path.join(base, "pytest-neuronsupport")))
+def declared(name: str) -> Any:
+    """Option ``name``'s default, as :class:`Settings` holds it."""
+    return BY_NAME[name].default_value()
 
 
 def add_options(
-    addoption: Callable[..., Any], names: Sequence[str] | None = None, prefix: str = "--neuron-"
+    addoption: Callable[..., Any],
+    names: Sequence[str] | None = None,
+    prefix: str = "--neuron-",
+    *,
+    defaults: bool = False,
 ) -> None:
     """Add the options named (all by default) through ``addoption``: a pytest option group's,
-    or an ``argparse`` parser's ``add_argument`` (with ``prefix="--"``)."""
+    or an ``argparse`` parser's ``add_argument`` (with ``prefix="--"``).
+
+    Their values default to None, so that an ini key can stand in for a flag not given; with
+    ``defaults`` (a command, which has no ini file), to the declared defaults.
+    """
     for option in OPTIONS if names is None else [BY_NAME[n] for n in names]:
         flag = f"{prefix}{option.name}"
+        help = option.help_text().replace("%", "%%")  # argparse formats help with %
         if option.kind == "flag":
-            addoption(flag, action="store_true", default=False, help=option.help)
-        elif option.kind == "paths":
-            addoption(flag, nargs="+", metavar=option.metavar, default=None, help=option.help)
+            addoption(flag, action="store_true", default=False, help=help)
+            continue
+        default = None
+        if defaults:
+            default = option.default() if callable(option.default) else option.default
+        if option.kind == "paths":
+            addoption(flag, nargs="+", metavar=option.metavar, default=default, help=help)
         else:
             addoption(
                 flag,
                 metavar=option.metavar,
-                default=None,
+                default=default,
                 choices=option.choices,
-                help=option.help,
+                help=help,
                 dest=f"{'neuron_' if prefix == '--neuron-' else ''}{option.dest}",
             )
 
@@ -259,14 +368,14 @@ def add_ini(parser: pytest.Parser) -> None:
     """The ini key of every valued option."""
     for option in OPTIONS:
         if option.kind == "paths":
-            parser.addini(f"neuron_{option.dest}", f"{option.help}; one per line", type="paths")
+            parser.addini(f"neuron_{option.dest}", option.help_text("; one per line"), type="paths")
         elif option.kind != "flag":
-            parser.addini(f"neuron_{option.dest}", option.help, default=None)
+            parser.addini(f"neuron_{option.dest}", option.help_text(), default=None)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The resolved options of one sweep."""
+    """The resolved options of one sweep (the defaults are the options' declared ones)."""
 
     lists: tuple[Path, ...]
     device: Device
@@ -277,101 +386,102 @@ class Settings:
     timeout_s: float
     #: Where runs start (their working directory): the folder pytest was invoked from.
     workdir: Path
-    isolation: str = "fork"
-    limit: int | None = None
-    rerun: bool = False
+    isolation: str = declared("isolation")
+    limit: int | None = declared("limit")
+    rerun: bool = declared("rerun")
     #: On a failure, shrink the failing graph into repro.py (within ``minify_timeout_s``).
-    minify: bool = False
-    minify_timeout_s: float = 600
-    max_memory_gb: float | None = None
-    max_cores: int = 16
+    minify: bool = declared("minify")
+    minify_timeout_s: float = declared("minify-timeout")
+    max_memory_gb: float | None = declared("max-memory")
+    max_cores: int = declared("max-cores")
     #: Memory of one core for sizing; None: the device's own figure.
-    core_memory_gb: float | None = None
+    core_memory_gb: float | None = declared("core-memory")
     #: Generating runners prefill in chunks of this many tokens (None: in one pass).
-    prefill_chunk: int | None = 32
+    prefill_chunk: int | None = declared("prefill-chunk")
     #: The English judge: a Hub id (``id@revision`` pins it), a local checkpoint or a zoo
     #: model (None: no judge).
-    judge: str | None = None
+    judge: str | None = declared("judge")
     #: Expected results to hold the sweep against (None: no check).
-    baseline: Path | None = None
-    baseline_allow_improvements: bool = False
+    baseline: Path | None = declared("baseline")  # noqa: RUF009 (None: Path is immutable anyway)
+    baseline_allow_improvements: bool = declared("baseline-allow-improvements")
     #: The shared dataset (``s3://...``) that ``results``, then a local copy, stands for.
     shared: str | None = None
     #: The part of the lists this machine runs (None: all of it).
     shard: Shard | None = None
     #: Where this machine's core leases live (one folder for every sweep on the machine).
-    leases: Path = field(default_factory=default_leases)
+    leases: Path = field(default_factory=lambda: declared("leases"))
     #: Every entry is a training test (``--neuron-train``).
-    train: bool = False
+    train: bool = declared("train")
     #: The training batch search's cap.
-    train_max_batch: int = 256
+    train_max_batch: int = declared("train-max-batch")
     #: Benchmark each model after its support run (``--neuron-bench``), and how.
-    bench: bool = False
-    bench_batch: tuple[int, ...] = (1,)
-    bench_seq_len: tuple[int, ...] = (128,)
-    bench_io: tuple[tuple[int, int], ...] = ((128, 128),)
-    bench_rounds: int = 10
-    bench_warmup: int = 2
-    bench_replicas: int = 1
+    bench: bool = declared("bench")
+    bench_batch: tuple[int, ...] = declared("bench-batch")
+    bench_seq_len: tuple[int, ...] = declared("bench-seq-len")
+    bench_io: tuple[tuple[int, int], ...] = declared("bench-io")
+    bench_rounds: int = declared("bench-rounds")
+    bench_warmup: int = declared("bench-warmup")
+    bench_replicas: int = declared("bench-replicas")
     #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
-    price_per_hour: float | None = None
-    instance: str | None = None
+    price_per_hour: float | None = declared("price-per-hour")
+    instance: str | None = declared("instance")
 
     @property
     def core_capacity_gb(self) -> float:
         return self.core_memory_gb or self.device.core_capacity_gb()
 
 
+#: The :class:`Settings` field of each option whose field is not named after it.
+SETTING_OF = {
+    "models": "lists",
+    "timeout": "timeout_s",
+    "minify-timeout": "minify_timeout_s",
+    "max-memory": "max_memory_gb",
+    "core-memory": "core_memory_gb",
+}
+
+
 class _Values:
-    """Reads one option's value from a pytest config: its flag, else its ini key."""
+    """Reads options' values from a pytest config: the flag, else the ini key, else the
+    declared default."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    def text(self, name: str) -> str | None:
-        option = BY_NAME[name]
-        value = self.config.getoption(f"neuron_{option.dest}")
-        if value is None:
-            value = self.config.getini(f"neuron_{option.dest}") or None
-        if value is None:
-            value = option.default
-        if value is not None and option.choices and str(value) not in option.choices:
-            raise pytest.UsageError(
-                f"neuronsupport: neuron_{option.dest} = {value!r}: choose from "
-                f"{', '.join(option.choices)}"
-            )
-        return None if value is None else str(value)
-
-    def number(self, name: str) -> float | None:
-        """A positive number (int or float by the option's kind); a size may be 0."""
-        text, option = self.text(name), BY_NAME[name]
-        if text is None:
-            return None
-        try:
-            value = int(text) if option.kind in ("int", "size") else float(text)
-        except ValueError:
-            raise pytest.UsageError(
-                f"neuronsupport: --neuron-{name} {text!r} is not a number"
-            ) from None
-        if value < 0 or (value == 0 and option.kind != "size"):
-            raise pytest.UsageError(f"neuronsupport: --neuron-{name} must be positive, not {text}")
-        return value
-
-    def path(self, name: str, default: Path) -> Path:
-        """Flags are relative to the invocation folder, ini keys to the ini file's folder."""
-        return self.optional_path(name) or default.resolve()
-
-    def optional_path(self, name: str) -> Path | None:
-        """The option's path, or None when neither its flag nor its ini key is given."""
-        option = BY_NAME[name]
-        flag = self.config.getoption(f"neuron_{option.dest}")
+    def given(self, name: str) -> tuple[Any, Path]:
+        """The option's flag, else its ini key (None: neither is given), and the folder a path
+        in it is relative to."""
+        dest = f"neuron_{BY_NAME[name].dest}"
+        flag = self.config.getoption(dest)
         if flag is not None:
-            return (self.config.invocation_params.dir / str(flag)).resolve()
-        ini = self.config.getini(f"neuron_{option.dest}")
-        if ini:
-            base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
-            return (base / str(ini)).resolve()
-        return None
+            return flag, self.config.invocation_params.dir
+        ini = self.config.getini(dest) or None
+        base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
+        return ini, base
+
+    def get(self, name: str) -> Any:
+        """The option's value, as :class:`Settings` holds it (None: none, and no default)."""
+        option = BY_NAME[name]
+        if option.kind == "flag":
+            return bool(self.config.getoption(f"neuron_{option.dest}"))
+        if option.kind == "paths":
+            return self.lists()
+        value, base = self.given(name)
+        if value is None:
+            default = option.default_value()
+            if option.kind == "path" and default is not None:
+                # a declared path is relative to the invocation folder, a computed one as it is
+                base = Path() if callable(option.default) else self.config.invocation_params.dir
+                return (base / default).resolve()
+            return default
+        if option.kind == "path":
+            return (base / str(value)).resolve()
+        return _parsed(option, str(value))
+
+    def text(self, name: str) -> str | None:
+        """The option's text as given (None: neither its flag nor its ini key)."""
+        value = self.given(name)[0]
+        return None if value is None else str(value)
 
     def lists(self) -> list[Path]:
         flag = self.config.getoption("neuron_models")
@@ -385,23 +495,22 @@ class _Values:
 def settings_from(config: pytest.Config) -> Settings:
     """The settings of a sweep from pytest's flags and ini keys; a bad value is a UsageError."""
     values = _Values(config)
+    get = values.get
     try:
-        device = devices.resolve(values.text("device") or "auto")
+        device = devices.resolve(get("device"))
         lists = values.lists()
     except (ModelListError, ValueError) as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    dtype = values.text("dtype") or "auto"
-    invoked = config.invocation_params.dir
-    limit, max_cores, chunk = (values.number(n) for n in ("limit", "max-cores", "prefill-chunk"))
-    shard_count = values.number("shards")
+    dtype = get("dtype")
+    limit, max_cores, chunk = (get(n) for n in ("limit", "max-cores", "prefill-chunk"))
+    shard_count = get("shards")
     try:
         shard_text = values.text("shard")
-        count = None if shard_count is None else int(shard_count)
-        shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, count)
+        shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, shard_count)
     except ShardError as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    cache = values.path("cache", default_cache())
-    results = values.path("results", invoked / BY_NAME["results"].default)
+    cache = get("cache")
+    results = get("results")
     shared = values.text("results")
     if shared is not None and is_shared(shared):
         # the sweep works on a local copy of the shared dataset, one per URI, in its cache
@@ -411,52 +520,95 @@ def settings_from(config: pytest.Config) -> Settings:
     return Settings(
         lists=tuple(lists),
         device=device,
-        backend=values.text("backend") or device.default_backend,
+        backend=get("backend") or device.default_backend,
         dtype=device.default_dtype if dtype == "auto" else dtype,
         results=results,
         cache=cache,
         shared=shared,
-        timeout_s=float(values.number("timeout") or BY_NAME["timeout"].default),
-        workdir=invoked,
-        isolation=values.text("isolation") or "fork",
-        limit=None if limit is None else int(limit),
-        rerun=bool(config.getoption("neuron_rerun")),
-        minify=bool(config.getoption("neuron_minify")),
-        minify_timeout_s=float(
-            values.number("minify-timeout") or BY_NAME["minify-timeout"].default
-        ),
-        max_memory_gb=values.number("max-memory"),
-        max_cores=int(max_cores or BY_NAME["max-cores"].default),
-        core_memory_gb=values.number("core-memory"),
-        prefill_chunk=int(chunk) if chunk else None,
-        judge=None if (judge := values.text("judge")) in (None, "none") else judge,
-        baseline=values.optional_path("baseline"),
-        baseline_allow_improvements=bool(config.getoption("neuron_baseline_allow_improvements")),
+        timeout_s=get("timeout"),
+        workdir=config.invocation_params.dir,
+        isolation=get("isolation"),
+        limit=limit,
+        rerun=get("rerun"),
+        minify=get("minify"),
+        minify_timeout_s=get("minify-timeout"),
+        max_memory_gb=get("max-memory"),
+        max_cores=max_cores,
+        core_memory_gb=get("core-memory"),
+        prefill_chunk=chunk or None,
+        judge=None if (judge := get("judge")) in (None, "none") else judge,
+        baseline=get("baseline"),
+        baseline_allow_improvements=get("baseline-allow-improvements"),
         shard=shard,
-        leases=values.path("leases", default_leases()),
-        train=bool(config.getoption("neuron_train")),
-        train_max_batch=int(values.number("train-max-batch") or BY_NAME["train-max-batch"].default),
+        leases=get("leases"),
+        train=get("train"),
+        train_max_batch=get("train-max-batch"),
         **bench_settings(values),
     )
 
 
 def bench_settings(values: _Values) -> dict[str, Any]:
     """The benchmark's settings (``--neuron-bench*``, the price)."""
-    try:
-        batch = parse_sizes(values.text("bench-batch") or "1")
-        seq_len = parse_sizes(values.text("bench-seq-len") or "128")
-        io = parse_io(values.text("bench-io") or "128/128")
-    except ValueError as exc:
-        raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    rounds, warmup = values.number("bench-rounds"), values.number("bench-warmup")
-    return {
-        "bench": bool(values.config.getoption("neuron_bench")),
-        "bench_batch": batch,
-        "bench_seq_len": seq_len,
-        "bench_io": io,
-        "bench_rounds": int(rounds or 10),
-        "bench_warmup": 2 if warmup is None else int(warmup),
-        "bench_replicas": int(values.number("bench-replicas") or 1),
-        "price_per_hour": values.number("price-per-hour"),
-        "instance": values.text("instance"),
-    }
+    names = [*(o.name for o in OPTIONS if o.name.startswith("bench")), "price-per-hour", "instance"]
+    return {BY_NAME[name].dest: values.get(name) for name in names}
+
+
+#: The page ``reference_markdown`` writes, and the command that writes it.
+REFERENCE_PAGE = "docs/options.md"
+REFERENCE_COMMAND = f"python -m pytest_neuronsupport.options > {REFERENCE_PAGE}"
+
+
+def _markdown(text: str) -> str:
+    """Plain text as Markdown: `code` spans kept, what Markdown or a table reads otherwise
+    escaped (a code span never holds a pipe: tables split cells on it in some renderers)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside the code spans
+        escaped = "".join(f"\\{c}" if c in "\\*_[]|#" else c for c in parts[i])
+        parts[i] = escaped.replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`" if "|" not in text and "`" not in text else _markdown(text)
+
+
+def reference_markdown() -> str:
+    """The options' reference page (Markdown), from :data:`OPTIONS`."""
+    lines = [
+        "# Options",
+        "",
+        f"<!-- Generated from pytest_neuronsupport/options.py by `{REFERENCE_COMMAND}`. -->",
+        "",
+        "Each option is a pytest flag, `--neuron-<name>`, and, when it takes a value, an ini "
+        "key, `neuron_<name>`; the `neuronsupport` commands that take one spell it "
+        "`--<name>`. A flag wins over the ini key, which wins over the default. Paths given "
+        "as flags are relative to the folder pytest runs in; as ini keys, to the ini file's "
+        "folder.",
+        "",
+        "| Flag | Ini key | Default | Meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for option in OPTIONS:
+        flag = _code(f"--neuron-{option.name}")
+        if option.metavar:
+            flag += f" {_markdown(option.metavar)}"
+        ini = "" if option.kind == "flag" else _code(f"neuron_{option.dest}")
+        if option.kind == "flag":
+            default = "off"
+        elif option.described is not None:
+            default = _markdown(option.described)
+        elif option.default is not None:
+            default = _code(str(option.default))
+        else:
+            default = "none"
+        meaning = _markdown(option.help)
+        if option.kind == "paths":
+            meaning += " (in the ini key, one per line)"
+        if option.choices:
+            meaning += f"; one of {', '.join(_code(choice) for choice in option.choices)}"
+        lines.append(f"| {flag} | {ini} | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")

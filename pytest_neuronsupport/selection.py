@@ -10,7 +10,8 @@ in order of position, without a rank. Models excluded from the Hub's metadata al
 weights downloaded) stay in the list with their category and reason, so the sweep records an
 ``EXCLUDED`` row; they take no rank. Every entry is pinned to the repo's commit.
 
-The list written is the TOML the sweep reads (:mod:`pytest_neuronsupport.modellist`).
+The list written (by ``tomlkit``) is the TOML the sweep reads
+(:mod:`pytest_neuronsupport.modellist`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-
-from pytest_neuronsupport.modellist import toml_string
 
 __all__ = [
     "CARD_TASKS",
@@ -200,24 +199,41 @@ def select(found: Mapping[str, Candidate], top: int, limits: Limits) -> list[Ent
     return selection + rest
 
 
+def _comment(text: str) -> str:
+    """``text`` on one comment line: TOML's comments hold no newline or other control
+    character but the tab."""
+    return "".join(c if c == "\t" or (" " <= c != "\x7f") else " " for c in text)
+
+
 def list_text(entries: Sequence[Entry], header: Mapping[str, object]) -> str:
     """The model list's TOML: a commented header (endpoint, time, options), then the entries."""
+    import tomlkit
+
     selected = sum(e.selection_rank is not None for e in entries)
     excluded = sum(e.exclusion is not None for e in entries)
-    lines = ["# Written by `neuronsupport select`."]
-    lines += [f"# {name}: {value}" for name, value in header.items()]
-    lines.append(f"# {len(entries)} models: {selected} selected, {excluded} excluded")
+    document = tomlkit.document()
+    document.add(tomlkit.comment("Written by `neuronsupport select`."))
+    for name, value in header.items():
+        document.add(tomlkit.comment(_comment(f"{name}: {value}")))
+    document.add(
+        tomlkit.comment(f"{len(entries)} models: {selected} selected, {excluded} excluded")
+    )
+    models = tomlkit.aot()
     for entry in entries:
-        lines += ["", "[[model]]", f"id = {toml_string(entry.id)}"]
+        model = tomlkit.table()
+        model.add("id", entry.id)
         if entry.revision:
-            lines.append(f"revision = {toml_string(entry.revision)}")
-        lines.append(f"task = {toml_string(entry.task)}")
+            model.add("revision", entry.revision)
+        model.add("task", entry.task)
         if entry.selection_rank is not None:
-            lines.append(f"selection_rank = {entry.selection_rank}")
+            model.add("selection_rank", entry.selection_rank)
         if entry.exclusion is not None:
-            lines.append(f"exclusion = {toml_string(entry.exclusion)}")
-            lines.append(f"notes = {toml_string(entry.notes or '')}")
-    return "\n".join(lines) + "\n"
+            model.add("exclusion", entry.exclusion)
+            model.add("notes", entry.notes or "")
+        models.append(model)
+    if entries:
+        document.add("model", models)
+    return tomlkit.dumps(document)
 
 
 def now() -> str:

@@ -131,7 +131,7 @@ def test_the_file_round_trips_keeps_flaky_marks_and_reads_in_a_diff(tmp_path: Pa
     baseline.write(path, first)
     assert baseline.read(path) == first
     text = path.read_text(encoding="utf-8")
-    assert '"b" = "PASS"\n' in text and "flaky = true }" in text
+    assert '"b" = "PASS"\n' in text and "flaky = true}" in text
     # one line per model, in id order, readable as it is
     assert text.index('\n"b"') < text.index('\n"org/model \\"quoted\\" \\\\ ünï\\u007f"')
     refreshed = Baseline.from_results(PAIR, {odd: "FAIL(load)", "c": "PASS"}, previous=first)
@@ -149,7 +149,7 @@ def test_graph_breaks_are_held_like_dynamos_ci_holds_them(tmp_path: Path) -> Non
     path = tmp_path / "expected.toml"
     baseline.write(path, held)
     text = path.read_text(encoding="utf-8")
-    assert '"llava" = { result = "PASS", graph_breaks = 2 }\n' in text
+    assert '"llava" = {result = "PASS", graph_breaks = 2}\n' in text
     assert '"old" = "PASS"\n' in text  # no count recorded: held by its result only
     assert baseline.read(path) == held
     llava = held.expected["llava"]
