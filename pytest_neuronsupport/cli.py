@@ -143,9 +143,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _results_dir(args: argparse.Namespace) -> Path:
+    from pytest_neuronsupport.dataset.layout import DATA
+
     results = Path(args.results)
-    if not (results / "data").is_dir():
-        raise CommandError(f"no results dataset at {results} (no {results / 'data'} folder)")
+    if not (results / DATA).is_dir():
+        raise CommandError(f"no results dataset at {results} (no {results / DATA} folder)")
     return results
 
 

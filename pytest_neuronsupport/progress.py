@@ -34,16 +34,13 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def model_line(row: Mapping[str, Any]) -> str:
-    """A finished model: result, id, cores and wall time."""
+def model_line(row: Mapping[str, Any], more: Iterable[str] = ()) -> str:
+    """A finished model: result, id, cores and wall time (and ``more`` facts of its table)."""
     cores = row.get("neuron_cores")
     facts = [f"{cores} core{'s' if cores != 1 else ''}" if cores else None]
     if row.get("wall_s") is not None:
         facts.append(f"{row['wall_s']:.1f}s")
-    if row.get("seq_len") is not None:  # a training row: the batches found
-        facts.append(
-            f"batch {row.get('batch_native')} native, {row.get('batch_compiled')} compiled"
-        )
+    facts.extend(more)
     details = ", ".join(fact for fact in facts if fact)
     return f"{row['result']:<13} {row['model_id']}" + (f"  ({details})" if details else "")
 

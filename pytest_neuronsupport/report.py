@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
+from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
@@ -108,6 +109,18 @@ def junit_global_properties(config: Any, comparison: Comparison) -> None:
         xml.add_global_property(f"baseline_failing_{entry.kind}", change)
 
 
+def _no_facts(row: Mapping[str, Any]) -> list[str]:
+    return []
+
+
+def _batches(row: Mapping[str, Any]) -> list[str]:
+    return [f"batch {row.get('batch_native')} native, {row.get('batch_compiled')} compiled"]
+
+
+#: What a finished model's line says of its row beyond its cores and time, per table.
+LINE_FACTS = {TRAIN.name: _batches}
+
+
 def model_line(
     model_id: str, outcomes: Sequence[ModeOutcome], rep: Any
 ) -> tuple[str, str, float | None]:
@@ -116,7 +129,8 @@ def model_line(
     first = outcomes[0] if outcomes else None
     row = first.rows[0] if first is not None and first.rows else None
     if row is not None:
-        return row_line(row), str(row["result"]), row.get("wall_s")
+        more = LINE_FACTS.get(first.table, _no_facts)(row) if first else []
+        return row_line(row, more), str(row["result"]), row.get("wall_s")
     unchanged = first is not None and first.unchanged
     result = UNCHANGED if unchanged else rep.outcome
     why = "run.py as recorded" if unchanged else skip_reason(rep)

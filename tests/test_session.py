@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import plugin, report, session, xdist
+from pytest_neuronsupport.baseline import Baseline, Expected
 from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modes import ModeOutcome
@@ -123,10 +124,11 @@ def test_a_results_location_that_cannot_be_used_is_a_usage_error(
 
 def test_the_support_table_is_the_one_held_against_a_baseline(pytester: pytest.Pytester) -> None:
     sweep = configured(pytester)
-    held: list[dict[str, Any]] = []
-    sweep.hold_against_baseline = lambda rep, r, props: held.append(r)  # type: ignore[method-assign]
+    sweep.baseline = Baseline("p", {"a": Expected("FAIL(gen)")})
+    properties: list[tuple[str, object]] = []
     rep = pytest.TestReport("m::a", ("m", 0, "a"), {}, "passed", None, "call")
-    sweep.attach(rep, [ModeOutcome("train", "a", [row("a", seq_len=128)])], [])
-    assert held == []
-    sweep.attach(rep, [ModeOutcome(SUPPORT.name, "a", [row("a")])], [])
-    assert [r["model_id"] for r in held] == ["a"]
+    sweep.attach(rep, [ModeOutcome("train", "a", [row("a", seq_len=128)])], properties)
+    assert properties == [] and rep.outcome == "passed"
+    sweep.attach(rep, [ModeOutcome(SUPPORT.name, "a", [row("a")])], properties)
+    assert ("baseline_expected", "FAIL(gen)") in properties
+    assert rep.outcome == "failed"  # an improvement not yet in the baseline (strict)
