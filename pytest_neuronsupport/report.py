@@ -144,8 +144,9 @@ class TableFacts:
     name: str
     rows: list[dict[str, Any]]
     unchanged: int
-    #: The pair file the rows went to.
+    #: The pair file the rows went to, and whether the merge could write it.
     path: Path
+    written: bool = True
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def table_lines(table: TableFacts) -> list[str]:
         line += f"; {table.unchanged} unchanged (not run again)"
     lines = [line if table.name == SUPPORT.name else f"{table.name}: {line}"]
     lines += failure_lines(table.rows)
-    if table.rows:
+    if table.rows and table.written:
         lines.append(f"{'dataset' if table.name == SUPPORT.name else table.name}: {table.path}")
     return lines
 

@@ -108,6 +108,8 @@ class SweepSession:
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: Pair files a merge could not read (their rows wait in the journal).
+    unreadable: set[Path] = field(default_factory=set)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
     baseline: Baseline | None = None
     comparison: Comparison | None = None
@@ -213,6 +215,8 @@ class SweepSession:
         self.sweep.budget.remove()
         self.apply_selection()
         self.problems.extend(self.store.finish())
+        if self.unreadable and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows not in the dataset: say so
         if self.baseline is not None:
             self.comparison = self.compare_with_baseline()
             report.junit_global_properties(self.config, self.comparison)
@@ -318,13 +322,21 @@ class SweepSession:
         )
 
     def note_merge(self, merge: MergeReport) -> None:
-        """Keep what a merge could not do for the terminal summary."""
+        """Keep what a merge could not do for the terminal summary (once each)."""
         for path, error in merge.unreadable:
-            self.problems.append(
+            self.unreadable.add(path)
+            self.note(
                 f"{path} is unreadable and was left untouched ({error}); "
-                "its new rows stay in the journal until it is repaired or moved away"
+                "its new rows are safe in the journal: repair the file or move it away, then "
+                f"`neuronsupport merge --results {self.settings.results}` (or the next sweep) "
+                "merges them"
             )
-        self.problems.extend(merge.problems)
+        for problem in merge.problems:
+            self.note(problem)
+
+    def note(self, problem: str) -> None:
+        if problem not in self.problems:
+            self.problems.append(problem)
 
     def summary_facts(self) -> report.SummaryFacts:
         """What the terminal summary says, as plain facts."""
@@ -342,6 +354,7 @@ class SweepSession:
                     rows=self.rows.get(mode.table.name, []),
                     unchanged=len(self.unchanged.get(mode.table.name, [])),
                     path=s.results / mode.table.folder / self.sweep.pair,
+                    written=s.results / mode.table.folder / self.sweep.pair not in self.unreadable,
                 )
                 for mode in self.modes
                 if mode.table.name in self.rows

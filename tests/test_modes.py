@@ -117,6 +117,7 @@ def test_a_row_that_does_not_fit_its_table_keeps_what_names_the_model(
     assert row["result"] == "FAIL(other)" and "its row could not be recorded" in row["notes"]
     assert row["model_id"] == "zoo:bert" and row["run_py"].startswith("count the parameters")
     assert row["parameters"] is None
+    assert row["run_py_sha256"] is None  # never "unchanged": the next sweep runs it again
 
 
 @pytest.mark.parametrize(

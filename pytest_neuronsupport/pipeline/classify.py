@@ -124,8 +124,9 @@ def last_exception(text: str) -> str | None:
     return None
 
 
-#: What a row that cannot be recorded keeps of itself.
-KEPT = ("model_id", "library", "tested_at", "run_py", "run_py_sha256")
+#: What a row that cannot be recorded keeps of itself: not its script's hash, so that the next
+#: sweep runs it again (the failure was ours, not the model's).
+KEPT = ("model_id", "library", "tested_at", "run_py")
 
 
 def unrecordable(row: Mapping[str, Any], why: str, table: Table = SUPPORT) -> dict[str, Any]:
