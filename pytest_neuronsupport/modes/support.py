@@ -107,7 +107,7 @@ def script_parts(
     several = planned.cores > 1
     code = ScriptPlan(
         runner_module=runner.module,
-        runner_entry=runner.entry_for(planned.config, planned.cores),
+        runner_entry=runner.entry_for(planned.config, planned.cores, planned.spec.task),
         entry="main_ranks" if several else "main",
         ops_class=s.device.rank_ops if several else s.device.ops,
         runner_column=runner.column,

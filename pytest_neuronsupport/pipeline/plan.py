@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_neuronsupport import hub, zoo
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
-from pytest_neuronsupport.runners import Runner, Runners
+from pytest_neuronsupport.runners import Choice, Runner, Runners
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -135,8 +135,9 @@ def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
         excluded = exclusion_for(config)
         if excluded:
             return Plan(spec, checkpoint, config, exclusion=excluded)
-    runner = runners.get(spec.runner) if spec.runner else runners.infer(config, spec.task)
+    chosen = Choice(runners.get(spec.runner)) if spec.runner else runners.choose(config, spec.task)
+    runner = chosen.runner
     if runner is None:
-        why = "no runner for its architectures or task"
+        why = chosen.reason or "no runner for its architectures or task"
         return Plan(spec, checkpoint, config, exclusion=Exclusion("no-runner", why))
     return Plan(spec, checkpoint, config, runner=runner, config_path=config_path)

@@ -1,10 +1,11 @@
 """Runners: how a model of one kind is run, each declared once, in one module.
 
 A runner is a module that declares itself, with literal values only (``dense.py``: a decoder
-generating tokens, sharded over several cores, taking ``...ForCausalLM`` checkpoints)::
+generating tokens, sharded over several cores, taking the classes transformers maps as causal
+LMs)::
 
     RUNNER = Runner(name="...", load_class="...", generates=..., shards=...,
-                    architectures=("...",), tasks=("...",))
+                    mappings=("causal_lm",), tasks=("...",))
 
 and defines ``run(params, ops)``, and ``run_ranks(params, ops)`` if it shards: the run-side code
 its ``run.py`` is made of (standard library, torch, transformers and
@@ -17,12 +18,21 @@ their source without importing them. Third-party runners are :class:`Runner` obj
 the ``pytest_neuronsupport_runners`` hook or named by an entry point of the group
 ``pytest_neuronsupport.runners``; their ``module`` is any importable module.
 
-**Choosing a runner** for a checkpoint that names none: its config's first ``architectures``
-entry is matched against every runner's ``architectures``, class-name suffixes, each optionally
-followed by a condition on the config in brackets (``"ForConditionalGeneration[vision]"``, see
-:data:`CONDITIONS`). The longest matching suffix wins; at equal length a pattern with a
-condition that holds beats one without, and then the runner registered last (a user's) wins.
-Without a match, the entry's task picks the runner that lists it in ``tasks``.
+**Choosing a runner** for a checkpoint that names none (:meth:`Runners.choose`), from its
+config's ``architectures``, the first entry one of these takes:
+
+1. A runner's ``architectures`` patterns (a user's runner): class-name suffixes, each optionally
+   followed by a condition on the config in brackets (``"ForCausalLM[experts-without-tp-plan]"``,
+   see :data:`CONDITIONS`). The longest matching suffix wins; at equal length a pattern with a
+   condition that holds beats one without, and then the runner registered last (a user's).
+2. transformers' own auto mappings (:mod:`pytest_neuronsupport.automap`): the kinds of table
+   that map the class (``causal_lm``, ``seq2seq_lm``, ``masked_lm``...), the one the entry's task
+   asks for first, then in :data:`~pytest_neuronsupport.automap.KINDS` order; the first kind a
+   runner's ``mappings`` take wins, a runner whose condition holds over one without, then the
+   runner registered last.
+
+A class neither takes is excluded (``no-runner``). A config without ``architectures`` goes by its
+entry's task: the runner that lists it in ``tasks``.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
+
+from pytest_neuronsupport import automap
 
 #: The entry-point group of third-party runners (each entry point loads a :class:`Runner`).
 ENTRY_POINT_GROUP = "pytest_neuronsupport.runners"
@@ -85,8 +97,12 @@ class Runner:
     generates: bool
     #: Whether it shards a model over several cores (one rank per core); else one core.
     shards: bool = False
-    #: Class-name suffixes of the architectures it takes, each optionally ``[condition]``.
+    #: Class-name suffixes of the architectures it takes, each optionally ``[condition]``: a
+    #: user's runner may name them; they win over transformers' mappings.
     architectures: tuple[str, ...] = ()
+    #: The kinds of transformers' auto mappings it takes (:data:`automap.KINDS`), each
+    #: optionally ``[condition]``.
+    mappings: tuple[str, ...] = ()
     #: Hub tasks it takes when a config names no architecture it knows.
     tasks: tuple[str, ...] = ()
     #: The dataset card's spelling, the row's ``runner`` column (default ``run_<name>``).
@@ -96,7 +112,8 @@ class Runner:
     #: The run code's entry in ``module``: ``run(params, ops) -> verdict`` on one core...
     entry: str = "run"
     #: ...or another entry for some architectures: ``(pattern, entry)`` pairs, the first
-    #: matching one wins (so a script holds only the code of its kind of model)...
+    #: matching one wins (so a script holds only the code of its kind of model); a pattern is a
+    #: class-name suffix or a kind of :data:`automap.KINDS` it was chosen for...
     entries: tuple[tuple[str, str], ...] = ()
     #: ...and, for a runner that shards, in each rank of a several-core run (None in ranks
     #: other than 0).
@@ -112,21 +129,69 @@ class Runner:
                     f"runner {self.name!r}: architecture pattern {pattern!r} is not "
                     f"Suffix or Suffix[condition] with a condition of {sorted(CONDITIONS)}"
                 )
+        for pattern in self.mappings:
+            match = _PATTERN.fullmatch(pattern)
+            if (
+                match is None
+                or match["suffix"] not in automap.KINDS
+                or (match["condition"] or "") not in ("", *CONDITIONS)
+            ):
+                raise ValueError(
+                    f"runner {self.name!r}: mapping {pattern!r} is not kind or kind[condition] "
+                    f"with a kind of {list(automap.KINDS)} and a condition of {sorted(CONDITIONS)}"
+                )
 
     @property
     def column(self) -> str:
         """The row's ``runner`` value: the dataset card's spelling."""
         return self.card or f"run_{self.name}"
 
-    def entry_for(self, config: Mapping[str, Any] | None, cores: int) -> str:
-        """The function a run calls: by the number of cores, then by the architecture."""
+    def entry_for(
+        self, config: Mapping[str, Any] | None, cores: int, task: str | None = None
+    ) -> str:
+        """The function a run calls: by the number of cores, then by the architecture (its
+        class name, or the kind of mapping this runner takes it as)."""
         if cores > 1:
             return self.ranks_entry
-        architectures = (config or {}).get("architectures") or []
+        config = config or {}
+        architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+        if not architectures:
+            return self.entry
+        kind = self.kind_for(architectures[0], config, task)
         for pattern, entry in self.entries:
-            if architectures and matches(pattern, str(architectures[0]), config or {}):
+            suffix, _, _ = pattern.partition("[")
+            if suffix in automap.KINDS:
+                if suffix == kind and matches(pattern, suffix, config):
+                    return entry
+            elif matches(pattern, architectures[0], config):
                 return entry
         return self.entry
+
+    def kind_for(self, architecture: str, config: Mapping[str, Any], task: str | None) -> str:
+        """The first kind of mapping this class is in that this runner takes ('' if none)."""
+        return next(
+            (k for k in automap.kinds_of(architecture, config, task) if self.takes(k, config)), ""
+        )
+
+    def takes(self, kind: str, config: Mapping[str, Any]) -> int:
+        """Whether it takes this kind of mapping: 2 by a pattern whose condition holds, 1 by one
+        without a condition, 0 not."""
+        best = 0
+        for pattern in self.mappings:
+            suffix, _, condition = pattern.partition("[")
+            if suffix == kind and matches(pattern, kind, config):
+                best = max(best, 2 if condition else 1)
+        return best
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The runner chosen for a checkpoint, the kind of mapping it was chosen by, and why none
+    was (the exclusion's reason)."""
+
+    runner: Runner | None
+    kind: str = ""
+    reason: str = ""
 
 
 def matches(pattern: str, architecture: str, config: Mapping[str, Any]) -> bool:
@@ -211,14 +276,30 @@ class Runners:
         raise KeyError(f"unknown runner {name!r} (known: {', '.join(self.by_name)})")
 
     def infer(self, config: Mapping[str, Any] | None, task: str | None) -> Runner | None:
-        """The runner for a checkpoint: by its architecture, else by its task (see above)."""
+        """The runner for a checkpoint (see :meth:`choose`)."""
+        return self.choose(config, task).runner
+
+    def choose(self, config: Mapping[str, Any] | None, task: str | None) -> Choice:
+        """The runner for a checkpoint: by its architecture's patterns, then by transformers'
+        mappings, else (no architecture named) by its task (see the module's docstring)."""
         config = config or {}
-        for architecture in config.get("architectures") or []:
-            if isinstance(architecture, str):
-                chosen = self._by_architecture(architecture, config)
-                if chosen is not None:
-                    return chosen
-        return next((r for r in reversed(self.by_name.values()) if task in r.tasks), None)
+        architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+        for architecture in architectures:
+            chosen = self._by_architecture(architecture, config)
+            if chosen is not None:
+                return Choice(chosen)
+            for kind in automap.kinds_of(architecture, config, task):
+                ranked = [
+                    (r.takes(kind, config), i, r) for i, r in enumerate(self.by_name.values())
+                ]
+                rank, _, runner = max(ranked, key=lambda t: t[:2], default=(0, 0, None))
+                if rank and runner is not None:
+                    return Choice(runner, kind)
+        if architectures:
+            return Choice(None, reason=unrouted(architectures))
+        by_task = next((r for r in reversed(self.by_name.values()) if task in r.tasks), None)
+        why = f"config.json names no architectures and no runner takes the task {task!r}"
+        return Choice(by_task, reason="" if by_task else why)
 
     def _by_architecture(self, architecture: str, config: Mapping[str, Any]) -> Runner | None:
         best: tuple[int, bool, int] | None = None
@@ -232,3 +313,17 @@ class Runners:
                 if best is None or rank > best:
                     best, chosen = rank, runner
         return chosen
+
+
+def unrouted(architectures: list[str]) -> str:
+    """Why no runner takes these classes: what was checked, and where transformers maps them."""
+    parts = []
+    for name in architectures:
+        elsewhere = automap.other_tables(name)
+        where = f"mapped only by {', '.join(elsewhere)}" if elsewhere else "in no auto mapping"
+        parts.append(f"{name} ({where})")
+    kinds = ", ".join(automap.KINDS)
+    return (
+        f"no runner for {'; '.join(parts)}: checked the runners' architecture patterns and "
+        f"transformers {automap.transformers_version()}'s auto mappings of {kinds}"
+    )[:500]

@@ -25,7 +25,7 @@ RUNNER = Runner(
     load_class="AutoModelForCausalLM",
     generates=True,
     shards=True,
-    architectures=("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"),
+    mappings=("causal_lm",),
     tasks=("text-generation",),
 )
 

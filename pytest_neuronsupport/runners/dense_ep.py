@@ -18,10 +18,7 @@ RUNNER = Runner(
     load_class="AutoModelForCausalLM",
     generates=True,
     shards=True,
-    architectures=(
-        "ForCausalLM[experts-without-tp-plan]",
-        "LMHeadModel[experts-without-tp-plan]",
-    ),
+    mappings=("causal_lm[experts-without-tp-plan]",),
 )
 
 

@@ -20,7 +20,7 @@ RUNNER = Runner(
     name="multimodal",
     load_class="AutoModelForImageTextToText",
     generates=True,
-    architectures=("ForImageTextToText", "ForConditionalGeneration[vision]"),
+    mappings=("image_text_to_text",),
     tasks=("image-text-to-text",),
 )
 

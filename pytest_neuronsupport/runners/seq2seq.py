@@ -19,7 +19,7 @@ RUNNER = Runner(
     name="seq2seq",
     load_class="AutoModelForSeq2SeqLM",
     generates=True,
-    architectures=("ForSeq2SeqLM", "ForConditionalGeneration[encoder-decoder]"),
+    mappings=("seq2seq_lm",),
     tasks=("translation", "summarization", "text2text-generation"),
 )
 
