@@ -89,7 +89,7 @@ class Head:
             type(model).forward
         ).parameters  # DistilBERT: no token_type_ids
         inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: dynamo trips a guard (BigBird, FACTS.md)
             out = model(**inputs)
         return self.outputs(out, inputs, tokenizer).float().cpu()
 
