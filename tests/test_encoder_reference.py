@@ -1,0 +1,45 @@
+"""An encoder never loses its check to its auxiliary run: the CPU bf16 pass is optional."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import zoo
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+
+
+class Ops:
+    def reset_peak(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def peak_gb(self) -> None:
+        return None
+
+
+def test_a_failed_cpu_bf16_run_leaves_the_fp32_check_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_neuronsupport.runners import encoder
+
+    monkeypatch.delenv(REFERENCE_ENV, raising=False)
+    load = encoder.load_pretrained
+
+    def no_cpu_bf16(cls: Any, params: dict[str, Any], dtype: str, device: str) -> Any:
+        if (dtype, device) == ("bfloat16", "cpu"):  # as a DeBERTa (v1) does on the CPU
+            raise RuntimeError("expected m1 and m2 to have the same dtype")
+        return load(cls, params, dtype, device)
+
+    monkeypatch.setattr(encoder, "load_pretrained", no_cpu_bf16)
+    params = {"checkpoint": str(zoo.ensure_built("distilbert-sst", tmp_path)), "dtype": "float32"}
+    params.update(device="cpu", backend="eager", fullgraph=False)
+    verdict = encoder.run_sequence_classification(params, Ops())
+    assert verdict["result"] == Result.PASS and verdict["cpu_match"] == "Y"
+    check = verdict["check"]
+    assert check["rule"] == "predictions" and check["compared_with"] == "fp32 alone"
+    assert "CPU bf16 run failed" in check["cpu_bf16"] and "m1 and m2" in check["cpu_bf16"]
