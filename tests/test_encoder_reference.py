@@ -26,9 +26,9 @@ def test_a_failed_cpu_bf16_run_leaves_the_fp32_check_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_neuronsupport.runners import encoder
+    from pytest_neuronsupport.runners.lib.models import load_pretrained as load
 
     monkeypatch.delenv(REFERENCE_ENV, raising=False)
-    load = encoder.load_pretrained
 
     def no_cpu_bf16(cls: Any, params: dict[str, Any], dtype: str, device: str) -> Any:
         if (dtype, device) == ("bfloat16", "cpu"):  # as a DeBERTa (v1) does on the CPU
@@ -36,8 +36,8 @@ def test_a_failed_cpu_bf16_run_leaves_the_fp32_check_and_says_why(
         return load(cls, params, dtype, device)
 
     monkeypatch.setattr(encoder, "load_pretrained", no_cpu_bf16)
-    params = {"checkpoint": str(zoo.ensure_built("distilbert-sst", tmp_path)), "dtype": "float32"}
-    params.update(device="cpu", backend="eager", fullgraph=False)
+    params: dict[str, Any] = {"checkpoint": str(zoo.ensure_built("distilbert-sst", tmp_path))}
+    params.update(dtype="float32", device="cpu", backend="eager", fullgraph=False)
     verdict = encoder.run_sequence_classification(params, Ops())
     assert verdict["result"] == Result.PASS and verdict["cpu_match"] == "Y"
     check = verdict["check"]
