@@ -2,6 +2,7 @@
 
 neuronsupport zoo list                       the bundled tiny models
 neuronsupport zoo build [NAME...]            build them into the cache (all by default)
+neuronsupport zoo build --architectures [CLASS...]  a tiny model of every mapped architecture
 neuronsupport select --out FILE              a model list from the Hub, as the dataset card's
 neuronsupport lookup MODEL                   a model's rows over every pair
 neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
@@ -66,6 +67,12 @@ def parser() -> argparse.ArgumentParser:
     zoo_sub.add_parser("list", help="list the tiny models")
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
+    build.add_argument(
+        "--architectures",
+        action="store_true",
+        help="build a tiny model of every architecture transformers maps for the card's text "
+        "tasks instead (NAMEs are then classes: default, all that build)",
+    )
     _options(build, "cache")  # as --neuron-cache
 
     select = sub.add_parser(
@@ -160,6 +167,8 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 def _zoo_build(args: argparse.Namespace) -> int:
     cache = Path(args.cache).resolve()
+    if args.architectures:
+        return _zoo_build_architectures(args.names, cache)
     names = args.names or zoo.names()
     unknown = [n for n in names if n not in zoo.names()]
     if unknown:
@@ -168,6 +177,22 @@ def _zoo_build(args: argparse.Namespace) -> int:
         )
     for name in names:
         print(f"zoo:{name}  {zoo.ensure_built(name, cache)}")
+    return 0
+
+
+def _zoo_build_architectures(names: list[str], cache: Path) -> int:
+    from pytest_neuronsupport.zoo import architecture_table, architectures
+
+    mapped = {cls for _, cls, _ in architectures.mapped()}
+    unknown = sorted(set(names) - mapped)
+    if unknown:
+        raise CommandError(f"not a class transformers maps for the card's tasks: {unknown}")
+    for cls in names or sorted(architecture_table.BUILT & mapped):
+        why = architecture_table.NOT_BUILDABLE.get(cls)
+        if why:
+            print(f"{cls}  not buildable: {why}")
+        else:
+            print(f"{cls}  {architectures.ensure_built(cls, cache)}")
     return 0
 
 

@@ -28,6 +28,9 @@ Modules, each importing only those listed after it:
 - ``sharpen``: the sharpeners, which give the random models clear winners over near-ties.
 - ``tokenizer``: tokenizer families, byte-level BPE training, the ``transformers`` wrapper.
 - ``corpus``: the English training corpus of the tokenizers.
+- ``architectures`` (apart, with ``architecture_table``): a tiny model of every class transformers
+  maps for the card's text tasks, its config shrunk, the ``roberta`` family's tokenizer
+  (``neuronsupport zoo build --architectures``); the table says which build and why not.
 """
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""A tiny random checkpoint of every architecture transformers maps for the card's text tasks.
+
+One checkpoint per (model type, head class) of the installed transformers' auto mappings
+(:mod:`pytest_neuronsupport.automap`) for the kinds in :data:`KINDS`: the model type's config
+class with its sizes shrunk (hidden size, layers, heads, experts, feed-forward, vocabulary; the
+same keys in every nested config), as transformers' ``utils/create_dummy_models.py`` does,
+random weights from a seed derived from the class name, and the zoo's byte-level BPE tokenizer
+(the ``roberta`` family: every special token a head needs), whose size is the vocabulary.
+
+What cannot be built is listed in :mod:`.architecture_table`, each class with its reason; the
+coverage test (``tests/test_architectures.py``) fails when transformers maps a class that is in
+neither that table's built nor its not-buildable list. Nothing here imports anything heavy at
+module level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport import automap
+from pytest_neuronsupport.zoo.builder import _quiet_deterministic_build, zoo_root
+from pytest_neuronsupport.zoo.tokenizer import family_ids, make_tokenizer
+
+#: The kinds of mapping of the card's text tasks.
+KINDS = (
+    "causal_lm",
+    "seq2seq_lm",
+    "masked_lm",
+    "question_answering",
+    "token_classification",
+    "sequence_classification",
+)
+FAMILY = "roberta"
+FOLDER = "architectures"
+#: Config keys shrunk wherever they appear (nested configs too), to these values.
+SIZES: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "n_embed"), 64),
+    **dict.fromkeys(("embedding_size", "word_embed_proj_dim", "projection_dim", "emb_dim"), 64),
+    **dict.fromkeys(
+        ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers"), 2
+    ),
+    **dict.fromkeys(("decoder_layers", "num_decoder_layers", "num_encoder_layers"), 2),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads"), 4),
+    **dict.fromkeys(("encoder_attention_heads", "decoder_attention_heads"), 4),
+    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads"), 2),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "d_ff", "n_inner", "hidden_dim"), 128),
+    **dict.fromkeys(("encoder_ffn_dim", "decoder_ffn_dim", "moe_intermediate_size"), 128),
+    **dict.fromkeys(("shared_expert_intermediate_size", "expert_intermediate_size"), 128),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), 4),
+    **dict.fromkeys(("moe_num_experts",), 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_topk", "top_k"), 2),
+    "head_dim": 16,
+    "d_kv": 16,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+}
+#: Per-layer lists cut to the shrunk number of layers.
+LAYER_LISTS = ("layer_types", "mlp_layer_types", "attention_layer_types", "block_types")
+LAYERS = 2
+#: A model type's own keyword arguments, where shrinking its sizes is not enough.
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    "reformer": {"axial_pos_embds_dim": [32, 32]},
+}
+#: The kinds whose head gets three labels (question answering keeps its start and end).
+LABELLED = ("token_classification", "sequence_classification")
+
+
+def mapped() -> list[tuple[str, str, str]]:
+    """(model type, class, kind) of every class the installed transformers maps for
+    :data:`KINDS`, each class once, under the first kind that maps it."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for kind in KINDS:
+        for model_type, classes in automap.table(kind).items():
+            for cls in classes:
+                seen.setdefault(cls, (model_type, cls, kind))
+    return sorted(seen.values(), key=lambda t: t[1])
+
+
+def name_of(cls: str) -> str:
+    """A checkpoint's folder name: its class."""
+    return cls
+
+
+def seed_of(cls: str) -> int:
+    return int.from_bytes(hashlib.sha256(cls.encode()).digest()[:4], "big")
+
+
+def shrunk(values: dict[str, Any], ids: dict[str, Any]) -> dict[str, Any]:
+    """The config's keyword arguments with every size key shrunk, nested configs too."""
+    out: dict[str, Any] = {}
+    layers = None
+    for key, value in values.items():
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = {**value, **shrunk(value, ids)}
+        elif key in SIZES and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = min(value, SIZES[key]) if value else value
+            if SIZES[key] == LAYERS:
+                layers = LAYERS
+        elif key == "vocab_size":
+            out[key] = ids["vocab_size"]
+        elif key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            out[key] = ids.get(key, ids["eos_token_id"]) if value is not None else None
+    for key in LAYER_LISTS:
+        if isinstance(values.get(key), list) and layers:
+            out[key] = values[key][:layers]
+    return out
+
+
+def make_config(model_type: str, kind: str, ids: dict[str, Any]) -> Any:
+    """The model type's config, its sizes shrunk (three labels for a classifier)."""
+    from transformers import CONFIG_MAPPING
+
+    config_cls = CONFIG_MAPPING[model_type]
+    kwargs = {**shrunk(config_cls().to_dict(), ids), **OVERRIDES.get(model_type, {})}
+    if kind in LABELLED:
+        kwargs["num_labels"] = 3
+    return config_cls(**kwargs)
+
+
+def build(cls: str, model_type: str, kind: str, dest: Path) -> None:
+    """Write the tiny checkpoint of one class (config, weights, tokenizer) into ``dest``."""
+    import torch
+    import transformers
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with _quiet_deterministic_build():
+        tokenizer = make_tokenizer(FAMILY, token_type_ids=False)
+        ids = family_ids(tokenizer, FAMILY)
+        config = make_config(model_type, kind, ids)
+        torch.manual_seed(seed_of(cls))
+        model = getattr(transformers, cls)(config).eval()
+        tokenizer.save_pretrained(str(dest))
+        model.save_pretrained(str(dest))
+
+
+def ensure_built(cls: str, cache_dir: Path) -> Path:
+    """The checkpoint folder of one mapped class, built into the zoo's cache if absent."""
+    from filelock import FileLock
+
+    found = next(((t, k) for t, c, k in mapped() if c == cls), None)
+    if found is None:
+        raise KeyError(f"{cls}: transformers maps no such class for {', '.join(KINDS)}")
+    root = zoo_root(cache_dir) / FOLDER
+    final = root / name_of(cls)
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f"{cls}.lock"), timeout=900):
+        if final.is_dir():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cls}.tmp-", dir=root))
+        try:
+            build(cls, *found, tmp)
+            tmp.chmod(0o755)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
