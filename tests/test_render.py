@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
+import functools
 import json
 import subprocess
 import symtable
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_neuronsupport import runners as run_side
 from pytest_neuronsupport.devices import DEVICES
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
 from pytest_neuronsupport.pipeline.runcode import RenderError
@@ -160,6 +163,40 @@ def test_every_script_is_standalone_and_holds_only_what_it_uses(
     assert ("def judge_english" in text) is (judge is not None)
     entry = "main_ranks" if cores > 1 else "main"
     assert text.rstrip().splitlines()[-1].strip().startswith(f"raise SystemExit({entry}(PARAMS, ")
+
+
+def without_docstrings(node: ast.stmt) -> str:
+    """A statement's syntax tree, docstrings left out (the script keeps one of them, cut)."""
+    tree = copy.deepcopy(node)
+    for inner in ast.walk(tree):
+        if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            first = inner.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                inner.body = inner.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+@functools.cache
+def run_side_definitions() -> dict[str, set[str]]:
+    """Every top-level function and class of the run-side modules, by name."""
+    found: dict[str, set[str]] = {}
+    for path in Path(run_side.__file__).parent.rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                found.setdefault(node.name, set()).add(without_docstrings(node))
+    return found
+
+
+@pytest.mark.parametrize(("runner", "device", "cores", "architecture", "judge"), every_script())
+def test_every_definition_is_copied_as_written(
+    runner: str, device: str, cores: int, architecture: str | None, judge: str | None
+) -> None:
+    """The code of each function and class is the source's, docstrings aside: nothing else
+    (a decorator, a line) is lost on the way."""
+    text = script(runner, device, cores, architecture, judge)
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            assert without_docstrings(node) in run_side_definitions()[node.name], node.name
 
 
 def lines(text: str) -> int:

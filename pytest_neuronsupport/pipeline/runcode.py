@@ -143,11 +143,14 @@ def _import_text(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str:
     return f"from {node.module} import {alias.name}{rename}"
 
 
+def _decorators(node: ast.stmt) -> list[ast.expr]:
+    return list(getattr(node, "decorator_list", []))
+
+
 def _definition(
     module: str, name: str, node: ast.stmt, lines: list[str], *, constant: bool
 ) -> Definition:
-    decorators = getattr(node, "decorator_list", [])
-    start = min([node.lineno, *(d.lineno for d in decorators)])
+    start = min([node.lineno, *(d.lineno for d in _decorators(node))])
     assert node.end_lineno is not None
     source = lines[start - 1 : node.end_lineno]
     text, bare = (
@@ -223,7 +226,9 @@ def _docstrings(node: ast.stmt, lines: list[str], start: int, *, keep: bool) -> 
         begin, end = first.lineno - start, first.end_lineno - start
         doc = lines[begin : end + 1]
         if not keep and len(inner.body) > 1:
-            after = inner.body[1].lineno - start  # the blank line after a class docstring too
+            following = inner.body[1]  # from its decorators on, if it has any
+            begins = min([following.lineno, *(d.lineno for d in _decorators(following))])
+            after = begins - start  # the blank line after a class docstring too
             cuts.append((begin, after - 1, []))
             continue
         blank = next((i for i, line in enumerate(doc) if not line.strip()), None)
