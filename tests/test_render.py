@@ -7,6 +7,7 @@ import builtins
 import copy
 import functools
 import json
+import re
 import subprocess
 import symtable
 import sys
@@ -156,6 +157,7 @@ def test_every_script_is_standalone_and_holds_only_what_it_uses(
     docstrings = [n for n in ast.parse(text).body if isinstance(n, ast.Expr)]
     assert len(docstrings) == 1  # the runner module's, none of the library's modules
     assert "pytest_neuronsupport" not in text.replace("pytest-neuronsupport", "")
+    assert not re.search(r"#\s*(?:type:\s*ignore|noqa|pragma|fmt:)", text)  # comments for tools
     # only this device's class, the rank launcher only on several cores, the judge if set
     others = {d.ops for d in DEVICES.values()} - {DEVICES[device].ops}
     assert not any(f"class {name}" in text for name in others)

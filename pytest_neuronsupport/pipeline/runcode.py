@@ -27,8 +27,10 @@ INTERNAL = "pytest_neuronsupport"
 FUTURE = "from __future__ import annotations"
 _BUILTINS = frozenset(dir(builtins))
 _COMPREHENSIONS = frozenset({"listcomp", "dictcomp", "setcomp", "genexpr"})
-#: Comments for tools (type checkers, linters, coverage), left out of scripts.
-_TOOL_COMMENT = re.compile(r"\s*#\s*(?:type:\s*ignore|noqa|pragma:\s*no cover)\b[^#]*$")
+#: Comments for tools (type checkers, linters, coverage, the formatter), left out of scripts.
+_TOOL_COMMENT = re.compile(
+    r"(?:\s*#\s*(?:type:\s*ignore|noqa|pragma:\s*no cover|fmt:\s*(?:skip|off|on))\b[^#]*)+$"
+)
 
 
 class RenderError(Exception):
