@@ -194,6 +194,7 @@ def render(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
         script.add(BACKEND_MODULE, "imported_backend")
         params_name = "imported_backend(PARAMS)"
     script.add_annotation_imports()
+    script.keep_used_members()
     docstring = load_module(plan.runner_module, script.packages).docstring
     parts = [header(params, plan, stack)]
     if docstring:
