@@ -1,7 +1,6 @@
 """``run_encoder``: one compiled forward pass on ``"My name is Wolfgang and I live in Berlin."``
 (128 tokens; ``Berlin`` masked for a masked LM; after ``"Where do I live?"`` for question answering)
-with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32.
-"""
+with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32."""
 
 from __future__ import annotations
 
@@ -84,10 +83,8 @@ class Head:
 
     def forward(self, model: Any, encoded: dict[str, Any], tokenizer: Any, device: str) -> Any:
         """One forward pass; the outputs the check compares, on the CPU in fp32."""
-        accepted = inspect.signature(
-            type(model).forward
-        ).parameters  # DistilBERT: no token_type_ids
-        inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
+        takes = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
+        inputs = {k: v.to(device) for k, v in encoded.items() if k in takes}
         with torch.inference_mode():
             out = model(**inputs)
         return self.outputs(out, inputs, tokenizer).float().cpu()
@@ -218,13 +215,8 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         values = head.forward(model, encoded, tokenizer, params["device"])
     ops.synchronize()
     wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
-    verdict = {
-        "result": Result.PASS,
-        "wall_s": wall_s,
-        "hbm_peak_gb": peak_gb,
-        "head": cls.__name__,
-    }
-    verdict["notes"] = head.describe(values, tokenizer, config, encoded)[:300]
+    verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb}
+    verdict.update(head=cls.__name__, notes=head.describe(values, tokenizer, config, encoded)[:300])
     model = None  # free the device's copy before the CPU's loads
     gc.collect()
     phase("reference")
@@ -240,9 +232,7 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         verdict["check"] = {"rule": head.kind, "skipped": "CPU reference not reproducible"}
         return verdict
     check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])
-    verdict.update(vars(check))
-    if not check.passed:
-        verdict["result"] = Result.FAIL_OUTPUT
+    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
     return verdict
 
 
