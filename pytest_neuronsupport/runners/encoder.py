@@ -220,10 +220,9 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     model = None  # free the device's copy before the CPU's loads
     gc.collect()
     phase("reference")
+    reference = functools.partial(cpu_reference, params, head, cls, encoded, tokenizer)
     try:
-        ref, verdict["reference_cached"] = cached_reference(
-            lambda: cpu_reference(params, head, cls, encoded, tokenizer)
-        )
+        ref, verdict["reference_cached"] = cached_reference(reference)
     except Exception as exc:
         verdict["check"] = {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
         return verdict
@@ -240,9 +239,8 @@ def head_class(config: Any, default: Any) -> Any:
     """The transformers class the checkpoint declares in ``architectures``, else ``default``."""
     names = getattr(config, "architectures", None) or []
     cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        return cls
-    return default  # never a class of the checkpoint's own code
+    ours = isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)
+    return cls if ours else default  # never a class of the checkpoint's own code
 
 
 def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
