@@ -27,7 +27,13 @@ from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.reference import reference_file
-from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
+from pytest_neuronsupport.pipeline.render import (
+    RunParams,
+    ScriptPlan,
+    judge_needed,
+    render,
+    sha256,
+)
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 
@@ -90,7 +96,7 @@ def script_parts(
     needs beyond the stack: the list entry's, unless ``needs`` says otherwise)."""
     s, runner = sweep.settings, planned.runner
     assert runner is not None
-    judged = runner.generates and sweep.judge is not None
+    judged = judge_needed(runner, planned.cores, sweep.judge)
     params = RunParams(
         model_id=planned.spec.id,
         checkpoint=planned.checkpoint,

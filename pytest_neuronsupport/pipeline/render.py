@@ -45,6 +45,7 @@ from pytest_neuronsupport.pipeline.runcode import (
     Selection,
     load_module,
 )
+from pytest_neuronsupport.runners import Runner
 
 #: Where the script's entries, the device classes, the judge and backend imports are defined.
 ENTRY_MODULE = f"{INTERNAL}.runners.lib.entry"
@@ -88,7 +89,8 @@ class ScriptPlan:
     ops_class: str
     #: The runner's name in the dataset card's spelling, for the header.
     runner_column: str
-    #: Whether an English judge decides where the CPU comparison does not run.
+    #: Whether an English judge decides where the CPU comparison does not run
+    #: (:func:`judge_needed`).
     judged: bool = False
     #: Whether the backend is an import path (``module:callable``) the script imports.
     imported_backend: bool = False
@@ -101,6 +103,19 @@ class ScriptPlan:
     script_name: str = "run.py"
     #: Where :attr:`entry` is defined (a benchmark's entry is in its own module).
     entry_module: str = ENTRY_MODULE
+
+
+def judge_needed(runner: Runner, cores: int, judge: str | None) -> bool:
+    """Whether a run's script holds the English judge: where it can decide, when one is set.
+
+    The judge decides a generating run's output where the CPU comparison does not run (the
+    spec's "decoders on several cores, or when the CPU run cannot complete"). On several
+    cores that is every run; on one core, a run whose CPU fp32 run fails or does not reproduce
+    itself (:func:`~pytest_neuronsupport.runners.lib.generation.generate_and_check`), which
+    the script cannot know before it runs: so a generating runner's script holds the judge on
+    one core as on several. An encoder's check is its own (a reference that cannot run leaves
+    it unchecked): never a judge."""
+    return judge is not None and runner.generates
 
 
 # --- writing the script --------------------------------------------------------------------------
@@ -194,6 +209,7 @@ def render(params: RunParams, plan: ScriptPlan, stack: Mapping[str, str | None])
         script.add(BACKEND_MODULE, "imported_backend")
         params_name = "imported_backend(PARAMS)"
     script.add_annotation_imports()
+    script.keep_used_members()
     docstring = load_module(plan.runner_module, script.packages).docstring
     parts = [header(params, plan, stack)]
     if docstring:

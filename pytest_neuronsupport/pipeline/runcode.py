@@ -20,15 +20,17 @@ import re
 import symtable
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: The plugin's package: its run-side modules are copied into scripts, never imported.
 INTERNAL = "pytest_neuronsupport"
 FUTURE = "from __future__ import annotations"
 _BUILTINS = frozenset(dir(builtins))
 _COMPREHENSIONS = frozenset({"listcomp", "dictcomp", "setcomp", "genexpr"})
-#: Comments for tools (type checkers, linters, coverage), left out of scripts.
-_TOOL_COMMENT = re.compile(r"\s*#\s*(?:type:\s*ignore|noqa|pragma:\s*no cover)\b[^#]*$")
+#: Comments for tools (type checkers, linters, coverage, the formatter), left out of scripts.
+_TOOL_COMMENT = re.compile(
+    r"(?:\s*#\s*(?:type:\s*ignore|noqa|pragma:\s*no cover|fmt:\s*(?:skip|off|on))\b[^#]*)+$"
+)
 
 
 class RenderError(Exception):
@@ -52,6 +54,13 @@ class Definition:
     constant: bool
     #: Names in its type annotations (never evaluated: imported only if they are imports).
     annotations: frozenset[str] = frozenset()
+    #: ``(name, attribute)`` of each ``name.attribute`` it reads...
+    attributes: frozenset[tuple[str, str]] = frozenset()
+    #: ...and the names it reads otherwise (a call, a loop over it, a value), annotations aside.
+    whole: frozenset[str] = frozenset()
+    #: An enum's members (each ``NAME = value`` on a line of its own); a script keeps those it
+    #: names (:meth:`Selection.keep_used_members`).
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,12 +132,51 @@ def _parse(name: str, source: str, packages: tuple[str, ...]) -> Module:
                     definitions[target.id] = _definition(
                         name, target.id, node, lines, constant=True
                     )
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and _is_enum(node, external):
+            definitions[node.name] = replace(definitions[node.name], members=_members(node))
     return Module(
         name,
         docstring,
         definitions,
         copied,
         {k: tuple(dict.fromkeys(v)) for k, v in external.items()},
+    )
+
+
+def _is_enum(node: ast.ClassDef, external: Mapping[str, list[str]]) -> bool:
+    """Whether a base of the class is imported from :mod:`enum`."""
+    roots = [ast.unparse(base).split(".")[0] for base in node.bases]
+    return any(
+        statement.startswith(("from enum ", "import enum"))
+        for root in roots
+        for statement in external.get(root, [])
+    )
+
+
+def _members(node: ast.ClassDef) -> tuple[str, ...]:
+    """The members of an enum whose body is members only (after its docstring), each on a line
+    of its own; else none (the class is copied whole)."""
+    body = node.body[1:] if _docstring_node(node) else node.body
+    members = []
+    for statement in body:
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+            and statement.lineno == statement.end_lineno
+        ):
+            return ()
+        members.append(statement.targets[0].id)
+    return tuple(members)
+
+
+def _docstring_node(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+    first = node.body[0]
+    return (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
     )
 
 
@@ -143,11 +191,14 @@ def _import_text(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str:
     return f"from {node.module} import {alias.name}{rename}"
 
 
+def _decorators(node: ast.stmt) -> list[ast.expr]:
+    return list(getattr(node, "decorator_list", []))
+
+
 def _definition(
     module: str, name: str, node: ast.stmt, lines: list[str], *, constant: bool
 ) -> Definition:
-    decorators = getattr(node, "decorator_list", [])
-    start = min([node.lineno, *(d.lineno for d in decorators)])
+    start = min([node.lineno, *(d.lineno for d in _decorators(node))])
     assert node.end_lineno is not None
     source = lines[start - 1 : node.end_lineno]
     text, bare = (
@@ -160,6 +211,13 @@ def _definition(
     _global_references(table, uses, eager, eager_scope=True)
     names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in uses]
     ordered = [n.id for n in sorted(names, key=lambda n: (n.lineno, n.col_offset))]
+    annotations = _annotation_nodes(node)
+    in_annotations = {id(n) for a in annotations for n in ast.walk(a)}
+    under_attribute = {
+        id(n.value): (n.value.id, n.attr)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in uses
+    }
     return Definition(
         module=module,
         name=name,
@@ -168,23 +226,26 @@ def _definition(
         uses=tuple(dict.fromkeys(ordered)),
         eager=frozenset(eager),
         constant=constant,
-        annotations=frozenset(_annotation_names(node)),
+        annotations=frozenset(
+            n.id for a in annotations for n in ast.walk(a) if isinstance(n, ast.Name)
+        ),
+        attributes=frozenset(under_attribute.values()),
+        whole=frozenset(
+            n.id for n in names if id(n) not in under_attribute and id(n) not in in_annotations
+        ),
     )
 
 
-def _annotation_names(node: ast.stmt) -> set[str]:
-    found: set[str] = set()
+def _annotation_nodes(node: ast.stmt) -> list[ast.expr]:
+    found: list[ast.expr | None] = []
     for inner in ast.walk(node):
-        annotations: list[ast.expr | None] = []
         if isinstance(inner, ast.arg):
-            annotations.append(inner.annotation)
+            found.append(inner.annotation)
         elif isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
-            annotations.append(inner.returns)
+            found.append(inner.returns)
         elif isinstance(inner, ast.AnnAssign):
-            annotations.append(inner.annotation)
-        for annotation in filter(None, annotations):
-            found.update(n.id for n in ast.walk(annotation) if isinstance(n, ast.Name))
-    return found
+            found.append(inner.annotation)
+    return [a for a in found if a is not None]
 
 
 def _global_references(
@@ -223,7 +284,9 @@ def _docstrings(node: ast.stmt, lines: list[str], start: int, *, keep: bool) -> 
         begin, end = first.lineno - start, first.end_lineno - start
         doc = lines[begin : end + 1]
         if not keep and len(inner.body) > 1:
-            after = inner.body[1].lineno - start  # the blank line after a class docstring too
+            following = inner.body[1]  # from its decorators on, if it has any
+            begins = min([following.lineno, *(d.lineno for d in _decorators(following))])
+            after = begins - start  # the blank line after a class docstring too
             cuts.append((begin, after - 1, []))
             continue
         blank = next((i for i, line in enumerate(doc) if not line.strip()), None)
@@ -233,6 +296,17 @@ def _docstrings(node: ast.stmt, lines: list[str], start: int, *, keep: bool) -> 
     for begin, end, kept in sorted(cuts, reverse=True):
         lines = [*lines[:begin], *kept, *lines[end + 1 :]]
     return lines
+
+
+def _without_members(text: str, unused: set[str]) -> str:
+    """A class's text without the lines that assign ``unused`` in its body."""
+    lines = text.splitlines()
+    kept = [
+        line
+        for line in lines[1:]
+        if not (line[:1].isspace() and line.split("=")[0].strip() in unused)
+    ]
+    return "\n".join([lines[0], *kept])
 
 
 class Selection:
@@ -308,6 +382,22 @@ class Selection:
                 owner = self._names.get(name)  # a definition of the script may share the name
                 if name in parsed.external and (owner is None or owner[0] == "import"):
                     self._resolve(definition.module, name, seen=())
+
+    def keep_used_members(self) -> None:
+        """Leave out of each enum the members no definition of the script names, unless the
+        script uses the enum otherwise than by ``Enum.MEMBER`` (a loop over it, a call)."""
+        everything = [*self.constants, *self.code]
+        for index, definition in enumerate(self.code):
+            if not definition.members or any(definition.name in d.whole for d in everything):
+                continue
+            used = {a for d in everything for n, a in d.attributes if n == definition.name}
+            unused = set(definition.members) - used
+            if used and unused:
+                self.code[index] = replace(
+                    definition,
+                    text=_without_members(definition.text, unused),
+                    bare=_without_members(definition.bare, unused),
+                )
 
     def _only_constants(self, definition: Definition) -> bool:
         for name in definition.eager:

@@ -1,8 +1,7 @@
 """``run_dense``: a decoder (``AutoModelForCausalLM``) generates 32 tokens greedily from
 ``"The future of AI is"`` (a user message, through a chat model's template), compiled, with a
 static cache and chunked prefill; the tokens must be the CPU's in fp32, or first differ at a
-near-tie. On several cores each rank holds its share (``tp_plan="auto"``), and a judge checks.
-"""
+near-tie. On several cores each rank holds its share (``tp_plan="auto"``), and a judge checks."""
 
 from __future__ import annotations
 
@@ -44,9 +43,5 @@ def decoder(params: dict[str, Any]) -> Generation:
     """The prompt as a user message, for a causal LM."""
     with step("load", Result.FAIL_LOAD):
         tokenizer = load_tokenizer(params)
-    return Generation(
-        model_class=transformers.AutoModelForCausalLM,
-        inputs=user_message(tokenizer, PROMPT),
-        tokenizer=tokenizer,
-        prefill_chunk=params.get("prefill_chunk"),
-    )
+    causal_lm, inputs = transformers.AutoModelForCausalLM, user_message(tokenizer, PROMPT)
+    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=params.get("prefill_chunk"))

@@ -1,8 +1,7 @@
 """``run_dense_ep``: a mixture-of-experts decoder without a tensor-parallel plan runs
 expert-parallel: on several cores each rank holds a share of the experts. Otherwise it is
 ``run_dense``: 32 greedy tokens from ``"The future of AI is"``, static cache, compiled, checked
-against a CPU fp32 run on one core and by the English judge on several.
-"""
+against a CPU fp32 run on one core and by the English judge on several."""
 
 from __future__ import annotations
 

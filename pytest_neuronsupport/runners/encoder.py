@@ -1,7 +1,6 @@
 """``run_encoder``: one compiled forward pass on ``"My name is Wolfgang and I live in Berlin."``
 (128 tokens; ``Berlin`` masked for a masked LM; after ``"Where do I live?"`` for question answering)
-with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32.
-"""
+with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32."""
 
 from __future__ import annotations
 
@@ -85,10 +84,8 @@ class Head:
 
     def forward(self, model: Any, encoded: dict[str, Any], tokenizer: Any, device: str) -> Any:
         """One forward pass; the outputs the check compares, on the CPU in fp32."""
-        accepted = inspect.signature(
-            type(model).forward
-        ).parameters  # DistilBERT: no token_type_ids
-        inputs = {k: v.to(device) for k, v in encoded.items() if k in accepted}
+        takes = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
+        inputs = {k: v.to(device) for k, v in encoded.items() if k in takes}
         with torch.no_grad():  # not inference_mode: dynamo trips a guard (BigBird, FACTS.md)
             out = model(**inputs)
         return self.outputs(out, inputs, tokenizer).float().cpu()
@@ -219,20 +216,14 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         values = head.forward(model, encoded, tokenizer, params["device"])
     ops.synchronize()
     wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
-    verdict = {
-        "result": Result.PASS,
-        "wall_s": wall_s,
-        "hbm_peak_gb": peak_gb,
-        "head": cls.__name__,
-    }
-    verdict["notes"] = head.describe(values, tokenizer, config, encoded)[:300]
+    verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb}
+    verdict.update(head=cls.__name__, notes=head.describe(values, tokenizer, config, encoded)[:300])
     model = None  # free the device's copy before the CPU's loads
     gc.collect()
     phase("reference")
+    reference = functools.partial(cpu_reference, params, head, cls, encoded, tokenizer)
     try:
-        ref, verdict["reference_cached"] = cached_reference(
-            lambda: cpu_reference(params, head, cls, encoded, tokenizer)
-        )
+        ref, verdict["reference_cached"] = cached_reference(reference)
     except Exception as exc:
         verdict["check"] = {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
         return verdict
@@ -243,9 +234,7 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])
     if ref.get("bf16_error"):  # the CPU bf16 run failed: held to fp32 alone, and said so
         check.check.update(cpu_bf16=ref["bf16_error"], compared_with="fp32 alone")
-    verdict.update(vars(check))
-    if not check.passed:
-        verdict["result"] = Result.FAIL_OUTPUT
+    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
     return verdict
 
 
@@ -253,9 +242,8 @@ def head_class(config: Any, default: Any) -> Any:
     """The transformers class the checkpoint declares in ``architectures``, else ``default``."""
     names = getattr(config, "architectures", None) or []
     cls = getattr(transformers, names[0], None) if names and names[0].isidentifier() else None
-    if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-        return cls
-    return default  # never a class of the checkpoint's own code
+    ours = isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)
+    return cls if ours else default  # never a class of the checkpoint's own code
 
 
 def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:

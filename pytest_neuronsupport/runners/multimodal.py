@@ -1,9 +1,7 @@
 """``run_multimodal``: an image-text-to-text model (``AutoModelForImageTextToText``, LLaVA- and
-Qwen-VL-like) generates 32 tokens greedily from an image made here (no download) and the
-prompt ``"The future of AI is"``, sent with the image as a user message through the
-processor's chat template. Static cache, compiled, on one core; its tokens are checked against a
-CPU fp32 run.
-"""
+Qwen-VL-like) generates 32 tokens greedily from an image made here (no download) and the prompt
+``"The future of AI is"``, a user message through the processor's chat template. Static cache,
+compiled, on one core; its tokens are checked against a CPU fp32 run."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
         processor = load_processor(params)
         inputs = encode(processor)
     tokenizer = processor.tokenizer
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     gen = Generation(transformers.AutoModelForImageTextToText, inputs, tokenizer)
     return generate_and_check(params, ops, gen)
 

@@ -1,8 +1,7 @@
 """``run_seq2seq``: an encoder-decoder (``AutoModelForSeq2SeqLM``, T5 and BART families) runs its
 encoder once on ``"The future of AI is"``, then generates 32 tokens greedily from its decoder
 with a static cache, on one core; encoder and decoder are both compiled. The tokens are checked
-against a CPU fp32 run.
-"""
+against a CPU fp32 run."""
 
 from __future__ import annotations
 
@@ -28,12 +27,8 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
     with step("load", Result.FAIL_LOAD):
         tokenizer = load_tokenizer(params)
     encoded = tokenizer(PROMPT, return_tensors="pt")
-    gen = Generation(
-        model_class=transformers.AutoModelForSeq2SeqLM,
-        inputs={k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded},
-        tokenizer=tokenizer,
-        extra_compiled=encoder_of,
-    )
+    inputs = {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}
+    gen = Generation(transformers.AutoModelForSeq2SeqLM, inputs, tokenizer, encoder_of)
     return generate_and_check(params, ops, gen)
 
 

@@ -83,12 +83,10 @@ def compare_tokens(ref: list[int], ref_scores: Tensor, dev: list[int], dtype: st
     details.update(tokens_reference=len(ref), tokens_device=len(dev))
     if list(dev) == list(ref):
         return Check(True, "Y", details)
-    i = next(
-        (k for k, (a, b) in enumerate(zip(ref, dev, strict=False)) if a != b),
-        min(len(ref), len(dev)),
-    )
+    shorter = min(len(ref), len(dev))
+    i = next((k for k, (a, b) in enumerate(zip(ref, dev, strict=False)) if a != b), shorter)
     details["first_divergence"] = i
-    if i >= min(len(ref), len(dev), len(ref_scores)):
+    if i >= min(shorter, len(ref_scores)):
         details["stopped_early"] = "device" if len(dev) < len(ref) else "CPU"
         text = f"N at token {i}: the {details['stopped_early']} run stopped early"
         return Check(False, text, details, first_divergence=i)
@@ -100,19 +98,14 @@ def compare_tokens(ref: list[int], ref_scores: Tensor, dev: list[int], dtype: st
 
 
 def compare_predictions(
-    what: str,
-    fp32: Tensor,
-    bf16: Tensor,
-    device: Tensor,
-    dtype: str,
-    labels: list[str] | None = None,
+    what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str, labels: list[str] | None = None
 ) -> Check:
     """Encoder rule for predictions: each row of ``[N, C]`` scores predicts its argmax.
 
     ``what`` names the rows in messages (``"mask"``, ``"token"``, ``"class"``, ``"span"``...);
     ``labels`` optionally names each row (the span's ``start`` and ``end``).
     """
-    p32, p16, pdev = (t.argmax(dim=-1).tolist() for t in (fp32, bf16, device))
+    p32, p16, pdev = (t.argmax(dim=-1).tolist() for t in (fp32, bf16, dev))
     details: dict[str, Any] = {"rule": "predictions", "what": what, "dtype": dtype}
     details.update(fp32=p32, cpu_bf16=p16, device=pdev)
     if pdev == p32:

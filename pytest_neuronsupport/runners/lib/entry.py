@@ -49,9 +49,8 @@ def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) ->
     failure becomes the verdict, with where it was raised."""
     torch.manual_seed(0)
     ops = ops_class()  # sets the device up
-    count, backend = GraphCount(params["backend"]), params["backend"]
-    named = {"backend_name": backend} if isinstance(backend, str) else {}
-    params = {**named, **params, "backend": count}
+    count = GraphCount(params["backend"])
+    params = {**params, "backend": count}
     try:
         verdict, failure = run(params, ops), None
     except RunFailure as exc:

@@ -61,9 +61,7 @@ def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dic
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
     check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"])
-    verdict.update(vars(check))
-    if not check.passed:
-        verdict["result"] = Result.FAIL_OUTPUT
+    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
     return verdict
 
 
@@ -104,16 +102,11 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
     chunking = {"prefill_chunk_size": gen.prefill_chunk} if gen.prefill_chunk else {}
     with torch.no_grad():  # not inference_mode: sharded (DTensor) weights need version counters
         out = model.generate(
-            **inputs,
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-            cache_implementation="static",
+            **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation="static",
             disable_compile=True,  # we compiled forward ourselves, with the chosen backend
-            output_scores=True,
-            return_dict_in_generate=True,
-            pad_token_id=gen.tokenizer.pad_token_id,
-            **chunking,
-        )
+            output_scores=True, return_dict_in_generate=True,
+            pad_token_id=gen.tokenizer.pad_token_id, **chunking,
+        )  # fmt: skip
     steps = len(out.scores)
     tokens = out.sequences[0, out.sequences.shape[1] - steps :].tolist()
     scores = torch.stack([s[0] for s in out.scores]).float().cpu()

@@ -33,8 +33,7 @@ class GraphCount:
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         self.graphs += 1
-        reason = getattr(gm, "compile_subgraph_reason", None)
-        if reason is not None and reason.graph_break:
+        if (reason := getattr(gm, "compile_subgraph_reason", None)) and reason.graph_break:
             self.breaks.append(break_reason(reason.reason, reason.user_stack))
         return self.compiler(gm, example_inputs)
 
@@ -49,9 +48,8 @@ class GraphCount:
             notes = {"notes": f"graph break under fullgraph=True: {breaks[-1]}"[:300]}
         if not self.graphs and not breaks:
             return {}
-        reasons = list(dict.fromkeys(breaks))
-        return {"graph_count": self.graphs, "graph_breaks": len(breaks), **notes,
-                "graph_break_reasons": reasons}  # fmt: skip
+        counts = {"graph_count": self.graphs, "graph_breaks": len(breaks), **notes}
+        return {**counts, "graph_break_reasons": list(dict.fromkeys(breaks))}
 
 
 def break_reason(reason: str, user_stack: Any) -> str:
@@ -63,9 +61,8 @@ def break_reason(reason: str, user_stack: Any) -> str:
     if not user_stack:
         return text
     frame = user_stack[-1]
-    return (
-        f"{text} ({frame.filename.rpartition('site-packages/')[2]}:{frame.lineno} in {frame.name})"
-    )
+    where = frame.filename.rpartition("site-packages/")[2]
+    return f"{text} ({where}:{frame.lineno} in {frame.name})"
 
 
 def failure_fields(failure: BaseException) -> dict[str, Any]:
@@ -85,11 +82,10 @@ def error_site(error: BaseException) -> str | None:
     """``module:function`` where ``error`` was raised inside the compiler: the innermost frame
     of the package of the first frame outside :data:`NOT_COMPILER` (the backend's own code,
     ``torch._inductor``, TorchNeuron...); else the innermost frame."""
-    tb = traceback.walk_tb(error.__traceback__)
-    frames = [  # without this module's own (GraphCount), wherever it is
+    frames = [
         (str(f.f_globals.get("__name__")), f.f_code.co_qualname)
-        for f, _ in tb
-        if f.f_globals is not globals()
+        for f, _ in traceback.walk_tb(error.__traceback__)
+        if f.f_globals is not globals()  # without this module's own (GraphCount), wherever it is
     ]
     inside = [f for f in frames if f[0] != "torch" and not f[0].startswith(NOT_COMPILER)]
     inside = inside or frames[-1:]

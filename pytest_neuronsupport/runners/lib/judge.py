@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import transformers
 
-from pytest_neuronsupport.runners.lib.models import user_message
+from pytest_neuronsupport.runners.lib.models import load_pretrained, load_tokenizer, user_message
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
 
 JUDGE_PROMPT = (
@@ -39,18 +39,16 @@ def judged(run: Callable[..., Any]) -> Callable[..., Any]:
     def run_and_judge(params: dict[str, Any], ops: Any) -> Any:
         verdict = run(params, ops)
         check = (verdict or {}).get("check") or {}
-        if check.get("rule") != "english":
-            return verdict
-        phase("judge")
-        try:
-            decision = judge_english(params["judge"], verdict["text"])
-        except Exception as exc:
-            check["judge"] = f"the judge {params['judge']} could not run: {exc!r}"[:500]
-            return verdict
-        verdict["english"] = decision["english"]
-        check["judge"] = decision
-        if decision["english"] != "Y":
-            verdict["result"] = Result.FAIL_OUTPUT
+        if check.get("rule") == "english":
+            phase("judge")
+            try:
+                check["judge"] = judge_english(params["judge"], verdict["text"])
+            except Exception as exc:
+                check["judge"] = f"the judge {params['judge']} could not run: {exc!r}"[:500]
+            else:
+                verdict["english"] = check["judge"]["english"]
+                if verdict["english"] != "Y":
+                    verdict["result"] = Result.FAIL_OUTPUT
         return verdict
 
     return run_and_judge
@@ -66,31 +64,18 @@ def judge_english(judge: str, text: str) -> dict[str, Any]:
     """The judge's verdict on ``text``, with everything that decided it. ``judge`` is a
     checkpoint folder, or a Hub id with its revision after an ``@``."""
     checkpoint, _, revision = (judge, "", "") if os.path.isdir(judge) else judge.partition("@")
-    pinned = {"revision": revision} if revision else {}
-    tokenizer = transformers.AutoTokenizer.from_pretrained(
-        checkpoint, trust_remote_code=False, **pinned
-    )
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=torch.float32, trust_remote_code=False, **pinned
-    ).eval()  # type: ignore[no-untyped-call]
+    where = {"checkpoint": checkpoint, "revision": revision or None}
+    tokenizer = load_tokenizer(where)
+    model = load_pretrained(transformers.AutoModelForCausalLM, where, "float32", "cpu")
     yes_all, no_all = first_tokens(tokenizer, YES), first_tokens(tokenizer, NO)
-    yes = [t for t in yes_all if t not in no_all]
-    no = [t for t in no_all if t not in yes_all]
+    yes, no = [t for t in yes_all if t not in no_all], [t for t in no_all if t not in yes_all]
     if not yes or not no:
         raise ValueError(f"the judge's tokenizer cannot tell 'Yes' {yes_all} from 'No' {no_all}")
     with torch.inference_mode():
         inputs = user_message(tokenizer, JUDGE_PROMPT.format(text=text), "\nAnswer:")
         logits = model(**inputs).logits[0, -1].float()
-    yes_logit = float(logits[yes].max())
-    no_logit = float(logits[no].max())
-    return {
-        "model": checkpoint,
-        "revision": revision or None,
-        "prompt": JUDGE_PROMPT,
-        "rule": JUDGE_RULE,
-        "yes_tokens": yes,
-        "no_tokens": no,
-        "yes_logit": yes_logit,
-        "no_logit": no_logit,
-        "english": "Y" if yes_logit > no_logit else "N",
-    }
+    yes_logit, no_logit = float(logits[yes].max()), float(logits[no].max())
+    english = "Y" if yes_logit > no_logit else "N"
+    decision = {"model": checkpoint, "revision": revision or None, "prompt": JUDGE_PROMPT}
+    details = {"rule": JUDGE_RULE, "yes_tokens": yes, "no_tokens": no, "yes_logit": yes_logit}
+    return {**decision, **details, "no_logit": no_logit, "english": english}
