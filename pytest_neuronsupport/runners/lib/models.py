@@ -45,12 +45,8 @@ def torch_dtype(name: str) -> Any:
 
 def load_pretrained(cls: Any, params: dict[str, Any], dtype: str, device: str) -> Any:
     """``cls.from_pretrained`` of the run's checkpoint, in ``dtype``, on ``device``."""
-    model = cls.from_pretrained(
-        params["checkpoint"],
-        revision=params.get("revision"),
-        dtype=torch_dtype(dtype),
-        trust_remote_code=False,
-    )
+    options = dict(revision=params.get("revision"), dtype=torch_dtype(dtype))
+    model = cls.from_pretrained(params["checkpoint"], trust_remote_code=False, **options)
     return model.to(device).eval()
 
 
