@@ -100,8 +100,10 @@ class _Pair:
         self.file = path.name
         self.rows = table.num_rows
         self.results = Counter(table.column("result").to_pylist())
-        checks = zip(table.column("result").to_pylist(), table.column("checked_by").to_pylist())
-        self.unchecked = sum(r == Result.PASS and c == "none" for r, c in checks)
+        results, checked = (table.column(n).to_pylist() for n in ("result", "checked_by"))
+        self.unchecked = sum(
+            r == Result.PASS and c == "none" for r, c in zip(results, checked, strict=True)
+        )
         self.extras = {f.name: str(f.type) for f in table.schema if f.name not in SCHEMA.names}
         self.first_id = next(iter(table.column("model_id").to_pylist()), None)
 
