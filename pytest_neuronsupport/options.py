@@ -210,6 +210,12 @@ OPTIONS: tuple[Option, ...] = (
         kind="flag",
     ),
     Option(
+        "require-check",
+        "a PASS whose output was compared with nothing (checked_by none: no CPU reference, no "
+        "judge) fails the session; its test and row stay PASS",
+        kind="flag",
+    ),
+    Option(
         "shard",
         "run the I-th of N disjoint, cost-balanced parts of the lists",
         "I/N",
@@ -404,6 +410,8 @@ class Settings:
     #: Expected results to hold the sweep against (None: no check).
     baseline: Path | None = declared("baseline")  # noqa: RUF009 (None: Path is immutable anyway)
     baseline_allow_improvements: bool = declared("baseline-allow-improvements")
+    #: An unchecked PASS fails the session (``--neuron-require-check``).
+    require_check: bool = declared("require-check")
     #: The shared dataset (``s3://...``) that ``results``, then a local copy, stands for.
     shared: str | None = None
     #: The part of the lists this machine runs (None: all of it).
@@ -539,6 +547,7 @@ def settings_from(config: pytest.Config) -> Settings:
         judge=None if (judge := get("judge")) in (None, "none") else judge,
         baseline=get("baseline"),
         baseline_allow_improvements=get("baseline-allow-improvements"),
+        require_check=get("require-check"),
         shard=shard,
         leases=get("leases"),
         train=get("train"),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
 from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.pipeline.classify import unchecked_kind
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
@@ -30,6 +31,7 @@ JUNIT_FIELDS = (
     "neuron_cores",
     "cpu_match",
     "english",
+    "checked_by",
     "exclusion",
     "wall_s",
     "device",
@@ -66,10 +68,40 @@ def junit_properties(row: Mapping[str, Any]) -> list[tuple[str, object]]:
     return [(name, row[name]) for name in names if row.get(name) is not None]
 
 
+#: How an unchecked PASS (``checked_by`` = ``none``) is counted apart from checked ones.
+UNCHECKED = "PASS unchecked"
+
+
 def counts_line(rows: Iterable[Mapping[str, Any]]) -> str:
-    counts = Counter(str(r["result"]) for r in rows)
+    """Each result's count, unchecked PASS apart with why (``3 PASS, 2 PASS unchecked: judge
+    unavailable``)."""
+    rows = list(rows)
+    kinds = Counter(kind for r in rows if (kind := unchecked_kind(r)) is not None)
+    counts = Counter(str(r["result"]) for r in rows if unchecked_kind(r) is None)
     order = [r for r in Result if r in counts] + sorted(set(counts) - set(Result))
-    return ", ".join(f"{counts[r]} {r}" for r in order) or "no models run"
+    parts = [f"{counts[r]} {r}" for r in order]
+    if kinds:
+        why = " / ".join(k if len(kinds) == 1 else f"{n} {k}" for k, n in kinds.most_common())
+        parts.insert(1 if Result.PASS in counts else 0, f"{kinds.total()} {UNCHECKED}: {why}")
+    return ", ".join(parts) or "no models run"
+
+
+def unchecked_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The PASS rows whose output was compared with nothing (``checked_by`` = ``none``)."""
+    return [r for r in rows if r.get("result") == Result.PASS and unchecked_kind(r) is not None]
+
+
+def unchecked_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per unchecked PASS: the model and why nothing was compared."""
+    return [f"{UNCHECKED:<14} {r['model_id']}  {unchecked_kind(r)}" for r in unchecked_rows(rows)]
+
+
+def require_check_line(models: Sequence[str]) -> str:
+    """The summary's line when ``--neuron-require-check`` fails the session."""
+    return (
+        f"--neuron-require-check: {len(models)} PASS compared with nothing, the session fails: "
+        + ", ".join(models)
+    )
 
 
 def failure_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -162,6 +194,8 @@ class SummaryFacts:
     comparison: Comparison | None = None
     #: The pair the sweep wrote, as a baseline names it.
     pair_name: str = ""
+    #: The unchecked PASS models that fail the session (``--neuron-require-check``).
+    unchecked_failing: list[str] = field(default_factory=list)
 
 
 def table_lines(table: TableFacts) -> list[str]:
@@ -171,6 +205,7 @@ def table_lines(table: TableFacts) -> list[str]:
         line += f"; {table.unchanged} unchanged (not run again)"
     lines = [line if table.name == SUPPORT.name else f"{table.name}: {line}"]
     lines += failure_lines(table.rows)
+    lines += unchecked_lines(table.rows)
     if table.rows and table.written:
         lines.append(f"{'dataset' if table.name == SUPPORT.name else table.name}: {table.path}")
     return lines
@@ -189,6 +224,8 @@ def write_summary(tr: Any, facts: SummaryFacts) -> None:
         tr.write_line(counts_line([]))
     for problem in facts.problems:
         tr.write_line(f"problem: {problem}", yellow=True)
+    if facts.unchecked_failing:
+        tr.write_line(require_check_line(facts.unchecked_failing), red=True)
     comparison = facts.comparison
     if comparison is not None:
         tr.section(f"neuronsupport: held against the baseline {facts.baseline}", sep="-")

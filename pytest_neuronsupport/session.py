@@ -113,6 +113,8 @@ class SweepSession:
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
     baseline: Baseline | None = None
     comparison: Comparison | None = None
+    #: The unchecked PASS models that fail the session (``--neuron-require-check``).
+    unchecked_failing: list[str] = field(default_factory=list)
     progress: Progress | None = None
 
     @cached_property
@@ -217,6 +219,10 @@ class SweepSession:
         self.problems.extend(self.store.finish())
         if self.unreadable and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows not in the dataset: say so
+        if self.settings.require_check:
+            self.unchecked_failing = [r["model_id"] for r in report.unchecked_rows(self.covered())]
+            if self.unchecked_failing and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the tests stay PASS
         if self.baseline is not None:
             self.comparison = self.compare_with_baseline()
             report.junit_global_properties(self.config, self.comparison)
@@ -303,16 +309,21 @@ class SweepSession:
         except UnreadableResultsError as exc:
             self.problems.append(f"{target}: selection ranks not updated ({exc.reason})")
 
-    def compare_with_baseline(self) -> Comparison:
-        """This sweep's models (their support rows, or the recorded rows of those not run
-        again) held against the baseline."""
-        assert self.baseline is not None
-        results, pair = self.settings.results, self.sweep.pair
+    def covered(self) -> list[dict[str, Any]]:
+        """This sweep's models: their support rows, or the recorded rows of those not run
+        again."""
         rows = list(self.rows.get(SUPPORT.name, []))
         for model_id in self.unchanged.get(SUPPORT.name, []):
             found = self.sweep.recorded(SUPPORT, model_id)
             if found is not None:
                 rows.append(found)
+        return rows
+
+    def compare_with_baseline(self) -> Comparison:
+        """This sweep's models (:meth:`covered`) held against the baseline."""
+        assert self.baseline is not None
+        results, pair = self.settings.results, self.sweep.pair
+        rows = self.covered()
         run_py = {r["model_id"]: run_py_path(results, pair, r["model_id"]) for r in rows}
         return baseline.compare(
             self.baseline,
@@ -363,6 +374,7 @@ class SweepSession:
             baseline=s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),
+            unchecked_failing=self.unchecked_failing,
         )
 
     # --- progress ----------------------------------------------------------------------------

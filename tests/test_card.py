@@ -30,7 +30,7 @@ def sample_results(results: Path) -> Path:
         result_row("zoo:gpt2", "FAIL(gen)"),
         result_row("zoo:bert", "EXCLUDED", exclusion="too-large"),
         result_row("zoo:t5", "FAIL(output)", library_version="5.25.0"),
-        result_row("zoo:llama", compiler="aot_eager", hook_tag="nightly"),
+        result_row("zoo:llama", compiler="aot_eager", hook_tag="nightly", checked_by="none"),
         result_row("zoo:bart", "FAIL(load)", compiler="aot_eager"),
         result_row("zoo:bert", "FAIL(forward)", compiler="aot_eager"),
         result_row("zoo:qwen3", "FAIL(other)", compiler="aot_eager"),
@@ -175,14 +175,16 @@ def test_pairs_are_listed_with_counts_per_result(tmp_path: Path) -> None:
     results = sample_results(tmp_path / "results")
     _, body = split_card(card_text(results))
     pairs = table_rows(body, "config")
-    assert pairs[0] == ["config", "file", "rows", *(result.value for result in Result)]
+    others = [result.value for result in Result if result is not Result.PASS]
+    assert pairs[0] == ["config", "file", "rows", "PASS", "PASS unchecked", *others]
     counts = {(row[0], row[1]): row[2:] for row in pairs[1:]}
-    # columns: rows, PASS, FAIL(load|gen|forward|train|output|other), EXCLUDED
+    # columns: rows, PASS, PASS unchecked, FAIL(load|gen|forward|train|output|other), EXCLUDED
     assert counts == {
-        ("`aot_eager-2.13.0`", "`transformers-5.24.0.parquet`"): list("411010010"),
-        ("`inductor-2.13.0`", "`transformers-5.24.0.parquet`"): list("310100001"),
-        ("`inductor-2.13.0`", "`transformers-5.25.0.parquet`"): list("100000100"),
+        ("`aot_eager-2.13.0`", "`transformers-5.24.0.parquet`"): list("4111010010"),
+        ("`inductor-2.13.0`", "`transformers-5.24.0.parquet`"): list("3100100001"),
+        ("`inductor-2.13.0`", "`transformers-5.25.0.parquet`"): list("1000000100"),
     }
+    assert "Of the 2 `PASS` rows, 1 compared their output with nothing" in body
 
 
 def test_table_cells_survive_pipes_and_newlines_in_data(tmp_path: Path) -> None:

@@ -105,6 +105,7 @@ EXPECTED_COLUMNS = (
     "repro_ops_before",
     "repro_ops_after",
     "repro_ops",
+    "checked_by",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),

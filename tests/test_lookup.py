@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport.dataset.layout import run_dir
-from pytest_neuronsupport.views.lookup import PairError, diff, resolve_pair
+from pytest_neuronsupport.views.lookup import PairError, diff, lookup, resolve_pair
 from tests.results_for_tests import result_row, write_results
 
 EXE = Path(sys.executable).parent / "neuronsupport"
@@ -102,3 +102,18 @@ def test_an_unknown_pair_is_refused_naming_the_pairs_there_are(results: Path) ->
     assert done.returncode == 2 and "no pair 'nope'" in done.stderr
     empty = neuronsupport("lookup", "x", "--results", str(results / "elsewhere"))
     assert empty.returncode == 2 and "no results dataset at" in empty.stderr
+
+
+def test_lookup_counts_an_unchecked_pass_apart_with_why(tmp_path: Path) -> None:
+    check = json.dumps(
+        {"cpu_comparison": "the run used 2 cores", "judge": "the judge j could not run"}
+    )
+    rows = [
+        result_row("zoo:llama", checked_by="cpu"),
+        result_row("zoo:llama-2core", checked_by="none", check=check, notes="Hi | unchecked: ..."),
+    ]
+    found = lookup(write_results(tmp_path / "results", rows), "llama")
+    checked, unchecked = found[1], found[4]
+    assert checked.split()[1] == "PASS" and "unchecked" not in checked
+    assert unchecked.split()[1:3] == ["PASS", "unchecked"]
+    assert "(judge unavailable) Hi | unchecked" in unchecked

@@ -67,7 +67,7 @@ def _rows() -> list[dict[str, Any]]:
             repro_ops=["torch._C._nn.linear"],
             **b,
         ),
-        result_row("org/alpha-bert", "PASS", task="fill-mask", selection_rank=2),
+        result_row("org/alpha-bert", "PASS", task="fill-mask", selection_rank=2, checked_by="none"),
         result_row(
             "org/mid-t5",
             "FAIL(load)",
@@ -253,6 +253,12 @@ def test_write_page_returns_the_index(site: Path) -> None:
     html = site.read_text(encoding="utf-8")
     assert "<script>alert" not in html  # the evil id only as escaped text
     assert "http://" not in html and "https://" not in html  # nothing to fetch
+
+
+def test_an_unchecked_pass_is_counted_apart(site: Path) -> None:
+    html = site.read_text(encoding="utf-8")
+    assert '<span id="unchecked"' in html and ">1 PASS unchecked</span>" in html
+    assert '<dd data-field="checked_by">' in html
 
 
 def test_counts_at_the_top(watched: Watched) -> None:

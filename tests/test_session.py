@@ -131,4 +131,21 @@ def test_the_support_table_is_the_one_held_against_a_baseline(pytester: pytest.P
     assert properties == [] and rep.outcome == "passed"
     sweep.attach(rep, [ModeOutcome(SUPPORT.name, "a", [row("a")])], properties)
     assert ("baseline_expected", "FAIL(gen)") in properties
-    assert rep.outcome == "failed"  # an improvement not yet in the baseline (strict)
+    assert str(rep.outcome) == "failed"  # an improvement not yet in the baseline (strict)
+
+
+def test_an_unchecked_pass_is_counted_apart_with_why(pytester: pytest.Pytester) -> None:
+    sweep = configured(pytester, "--neuron-require-check")
+    assert sweep.settings.require_check
+    judge = "the judge j could not run: OSError('offline')"
+    check = f'{{"cpu_comparison": "the run used 2 cores", "judge": "{judge}"}}'
+    unchecked = row("b", checked_by="none", check=check)
+    sweep.record([ModeOutcome("support", "a", [row("a", checked_by="cpu"), unchecked])])
+    sweep.record([ModeOutcome("support", "c", [row("c", "FAIL(gen)")])])
+    lines = report.table_lines(sweep.summary_facts().tables[0])
+    assert lines[0] == "1 PASS, 1 PASS unchecked: judge unavailable, 1 FAIL(gen)"
+    assert lines[2] == "PASS unchecked b  judge unavailable"
+    assert [r["model_id"] for r in report.unchecked_rows(sweep.covered())] == ["b"]
+    alone = [row("d", checked_by="none"), row("e", checked_by="none", check=check)]
+    assert report.counts_line(alone) == "2 PASS unchecked: 1 no output check / 1 judge unavailable"
+    assert report.require_check_line(["b"]).endswith("the session fails: b")

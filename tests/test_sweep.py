@@ -301,3 +301,29 @@ def test_bf16_passes_at_a_near_tie_and_records_the_margin(sweep: SweepRunner) ->
     assert row["first_divergence"] == 0
     assert 0 < row["divergence_margin"] <= row["near_tie_tolerance"]
     assert json.loads(row["check"])["device_token"] == 0
+
+
+def test_an_unchecked_pass_is_its_own_column_and_can_fail_the_session(sweep: SweepRunner) -> None:
+    """On 2 cores the CPU comparison does not run and the default judge (a Hub model) cannot
+    load offline: a PASS that compared nothing, which --neuron-require-check refuses."""
+    entries = {entry["id"]: entry for entry in TINY}
+    done = sweep.run(
+        entries["zoo:llama"], entries["zoo:llama-2core"], args=["--neuron-require-check"]
+    )
+    done.result.assert_outcomes(passed=2)  # the tests stay PASS; the session fails
+    assert done.result.ret == pytest.ExitCode.TESTS_FAILED
+    checked, unchecked = done.rows["zoo:llama"], done.rows["zoo:llama-2core"]
+    assert checked["result"] == "PASS" and checked["checked_by"] == "cpu"
+    assert unchecked["result"] == "PASS" and unchecked["checked_by"] == "none"
+    assert (
+        " | unchecked: no CPU comparison (the run used 2 cores), the judge " in unchecked["notes"]
+    )
+    assert done.junit["zoo:llama-2core"]["checked_by"] == "none"
+    done.result.stdout.fnmatch_lines(
+        [
+            "1 PASS, 1 PASS unchecked: judge unavailable",
+            "PASS unchecked zoo:llama-2core  judge unavailable",
+            "--neuron-require-check: 1 PASS compared with nothing, the session fails: "
+            "zoo:llama-2core",
+        ]
+    )

@@ -111,6 +111,8 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("repro_ops_before", pa.int32()),
         pa.field("repro_ops_after", pa.int32()),
         pa.field("repro_ops", pa.list_(pa.field("element", pa.string()))),
+        # what the output was checked against (appended: older files load with it null)
+        pa.field("checked_by", pa.string()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -244,6 +246,13 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     "repro_ops_before": "Ops of the failing graph before the minifier shrank it.",
     "repro_ops_after": "Ops left in `repro_py`'s graph.",
     "repro_ops": "The ops left in `repro_py`'s graph, by name (e.g. `torch._C._nn.linear`).",
+    "checked_by": (
+        "What the output was held against, for PASS and FAIL(output): `cpu` (the CPU fp32 "
+        "reference, equal), `near-tie` (the CPU reference, differing only at a near-tie), "
+        "`judge` (the English judge) or `none` (nothing was compared: a PASS on having run, "
+        "with the reason at the end of `notes`); null for other results and in files written "
+        "before the column existed."
+    ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""
 

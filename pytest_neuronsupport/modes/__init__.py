@@ -237,7 +237,7 @@ def decided(mode: Mode, sweep: Sweep, spec: ModelSpec, row: dict[str, Any]) -> d
         if mode.hooked:
             verdict = sweep.hooks.verdict(row, spec)
             if verdict is not None:
-                classify.overridden(row, verdict, "pytest_neuronsupport_verdict")
+                classify.overridden(row, verdict, "pytest_neuronsupport_verdict", table)
             sweep.hooks.row(row, spec)
         return row_to_json(validate_row(row, table), table)
     except Exception as exc:

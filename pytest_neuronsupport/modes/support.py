@@ -78,6 +78,7 @@ class Support:
         if s.minify and minify.wanted(fields, planned.cores):
             fields = minified(sweep, planned, needs, run_py, fields)
         assert planned.runner is not None
+        fields = classify.with_checked_by(fields)
         fields.update(
             revision=planned.revision,
             runner=planned.runner.column,

@@ -13,7 +13,10 @@ from what happened to the model:
 * the plugin's own code failed, or the xdist worker running it died: FAIL(other);
 
 a run whose load failed for a library transformers says is missing is retried once with it: the
-second run decides, and ``notes`` says so. Then the ``pytest_neuronsupport_verdict`` hook may
+second run decides, and ``notes`` says so. A support row's ``checked_by`` (what its output was
+held against: ``cpu``, ``near-tie``, ``judge`` or ``none``) is decided here too, from its
+verdict's ``cpu_match``, ``english`` and ``check`` (:func:`checked_by`); an unchecked PASS says
+why at the end of ``notes``. Then the ``pytest_neuronsupport_verdict`` hook may
 replace the result (the replaced one is kept in ``check``). In pytest, PASS passes, FAIL(...)
 fails and EXCLUDED is skipped.
 """
@@ -99,6 +102,68 @@ def verdict_fields(verdict: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
+#: The results whose output was (or should have been) checked: only they have a ``checked_by``.
+CHECKED_RESULTS = (Result.PASS, Result.FAIL_OUTPUT)
+
+
+def checked_by(fields: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """What a row's output was held against, and, when nothing, why.
+
+    ``cpu_match`` set: the CPU reference (``near-tie`` when it starts with ``~``, else
+    ``cpu``); else ``english`` set: the ``judge``; else ``none``, with the reason from
+    ``check`` (:func:`unchecked_reason`). Null for results other than PASS and FAIL(output).
+    """
+    if fields.get("result") not in CHECKED_RESULTS:
+        return None, None
+    cpu_match, english = fields.get("cpu_match"), fields.get("english")
+    if cpu_match:
+        return ("near-tie" if str(cpu_match).startswith("~") else "cpu"), None
+    if english:
+        return "judge", None
+    check = fields.get("check")
+    details = json.loads(check) if isinstance(check, str) else dict(check or {})
+    return "none", unchecked_reason(details)[1]
+
+
+def unchecked_reason(check: Mapping[str, Any]) -> tuple[str, str]:
+    """Why a run's output was not compared, from its ``check``: a short kind the summaries
+    group by (``judge unavailable``, ``no judge``, ``CPU reference failed``...) and the whole
+    reason."""
+    skipped, cpu, judge = check.get("skipped"), check.get("cpu_comparison"), check.get("judge")
+    if skipped:  # an encoder whose CPU reference could not run
+        kind = "CPU reference failed" if "failed" in str(skipped) else "CPU reference unusable"
+        return kind, str(skipped)
+    if cpu and isinstance(judge, str):  # a decoder: no CPU comparison, and no judge's answer
+        kind = "no judge" if judge.startswith("none configured") else "judge unavailable"
+        return kind, f"no CPU comparison ({cpu}), {'no judge' if kind == 'no judge' else judge}"
+    if cpu:
+        return "no CPU comparison", str(cpu)
+    return "no output check", "the run compared no output"
+
+
+def with_checked_by(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with ``checked_by`` set (:func:`checked_by`), an unchecked row's reason at
+    the end of ``notes``."""
+    value, why = checked_by(fields)
+    done = {**fields, "checked_by": value}
+    if why is not None:
+        said = f"unchecked: {why}"
+        done["notes"] = f"{fields['notes']} | {said}" if fields.get("notes") else said
+    return done
+
+
+def unchecked_kind(row: Mapping[str, Any]) -> str | None:
+    """A row's short reason for being unchecked (``checked_by`` = ``none``), else None."""
+    if row.get("checked_by") != "none":
+        return None
+    check = row.get("check")
+    try:
+        details = json.loads(check) if isinstance(check, str) else dict(check or {})
+    except ValueError:
+        details = {}
+    return unchecked_reason(details if isinstance(details, dict) else {})[0]
+
+
 def ending(outcome: Outcome) -> str:
     """How a run ended without a verdict (or its process after one), with its last phase."""
     where = f" during {outcome.phase}" if outcome.phase else ""
@@ -136,11 +201,14 @@ def unrecordable(row: Mapping[str, Any], why: str, table: Table = SUPPORT) -> di
     return row_to_json(validate_row({**kept, **crashed(why)}, table), table)
 
 
-def overridden(row: dict[str, Any], result: str | Result, by: str) -> None:
-    """Replace the row's result with one a hook decided; the replaced one stays in ``check``."""
+def overridden(row: dict[str, Any], result: str | Result, by: str, table: Table = SUPPORT) -> None:
+    """Replace the row's result with one a hook decided; the replaced one stays in ``check``
+    (and a support row's ``checked_by`` follows the new result)."""
     new = Result(result)  # a ValueError names a result that does not exist
     if new == row["result"]:
         return
     details = json.loads(row.get("check") or "{}")
     details["overridden"] = {"result": str(row["result"]), "by": by}
     row.update(result=new, check=json.dumps(details, sort_keys=True))
+    if table is SUPPORT and row.get("checked_by") != checked_by(row)[0]:
+        row.update(with_checked_by(row))

@@ -63,8 +63,10 @@ the exact inputs and parameters. The output is held to the same checkpoint run e
 CPU in fp32, twice (to check that the reference is reproducible): equal, or differing only at a
 near-tie (a margin within the numerical noise of the device's dtype), passes. When the CPU
 comparison cannot run, an instruct model may judge whether the generated text is fluent English
-(`english`). Every number that decided a verdict is kept in the row (`check`). `PASS` says
-nothing about throughput or longer generations.
+(`english`). `checked_by` says which of these decided (`cpu`, `near-tie`, `judge`), or `none`:
+a `PASS` that compared nothing, on having run, counted apart below. Every number that decided
+a verdict is kept in the row (`check`). `PASS` says nothing about throughput or longer
+generations.
 """
 
 
@@ -98,6 +100,10 @@ class _Pair:
         self.file = path.name
         self.rows = table.num_rows
         self.results = Counter(table.column("result").to_pylist())
+        results, checked = (table.column(n).to_pylist() for n in ("result", "checked_by"))
+        self.unchecked = sum(
+            r == Result.PASS and c == "none" for r, c in zip(results, checked, strict=True)
+        )
         self.extras = {f.name: str(f.type) for f in table.schema if f.name not in SCHEMA.names}
         self.first_id = next(iter(table.column("model_id").to_pylist()), None)
 
@@ -143,19 +149,26 @@ def _results_section(pairs: list[_Pair]) -> list[str]:
         "The `result` column holds one of these values (rows: over every pair):",
         "",
         *_table(("result", "meaning", "rows"), rows),
+        "",
+        f"Of the {total[Result.PASS.value]} `PASS` rows, {sum(p.unchecked for p in pairs)} "
+        "compared their output with nothing (`checked_by` = `none`: no CPU reference, no "
+        "judge; the reason ends `notes`).",
     ]
 
 
 def _pairs_section(pairs: list[_Pair]) -> list[str]:
     if not pairs:
         return ["## Pairs", "", "No results yet: `data/` holds no parquet file."]
-    header = ("config", "file", "rows", *(result.value for result in Result))
+    others = [result.value for result in Result if result is not Result.PASS]
+    header = ("config", "file", "rows", Result.PASS.value, "PASS unchecked", *others)
     rows: list[tuple[object, ...]] = [
         (
             _code(pair.folder),
             _code(pair.file),
             pair.rows,
-            *(pair.results[result.value] for result in Result),
+            pair.results[Result.PASS.value],
+            pair.unchecked,
+            *(pair.results[result] for result in others),
         )
         for pair in pairs
     ]

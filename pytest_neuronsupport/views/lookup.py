@@ -18,8 +18,9 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
+from pytest_neuronsupport.pipeline.classify import unchecked_kind
 from pytest_neuronsupport.progress import duration
-from pytest_neuronsupport.runners.lib.protocol import first_line
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
 __all__ = [
     "Change",
@@ -96,7 +97,8 @@ def lookup(results: Path, model: str) -> list[str]:
 
     One block per model; in it one line per pair, newest compiler first: pair, result, cores,
     wall time, peak memory against capacity, the start of ``notes`` or ``error``, and where
-    the run.py is. No match gives a single line saying so.
+    the run.py is; a PASS whose output was compared with nothing is ``PASS unchecked``, with
+    why. No match gives a single line saying so.
     """
     needle = model.lower()
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -121,8 +123,11 @@ def lookup(results: Path, model: str) -> list[str]:
         for pair, row in entries:
             wall = "-" if row.get("wall_s") is None else duration(row["wall_s"])
             why = first_line(row.get("error") or row.get("notes"), 100)
+            result, kind = str(row["result"]), unchecked_kind(row)
+            if kind is not None and result == Result.PASS:
+                result, why = f"{result} unchecked", f"({kind}) {why or ''}".rstrip()
             lines.append(
-                f"  {pair:<40} {row['result']:<13} cores={row.get('neuron_cores') or '-'} "
+                f"  {pair:<40} {result:<13} cores={row.get('neuron_cores') or '-'} "
                 f"wall={wall} mem={_memory(row)}" + (f"  {why}" if why else "")
             )
             script = run_py_path(results, pair + _PARQUET, model_id)

@@ -9,9 +9,17 @@ classification heads.
 
 ``PARAMS["trial"]`` says what this run is:
 
-* ``"check"``: one step eagerly on the CPU in fp32 (the reference), one compiled on the device;
-  the losses, gradient norms and parameter updates must agree within ``sqrt(eps(dtype))``
-  (PASS), else FAIL(output); a step that raises is FAIL(train).
+* ``"check"``: the same step three times: on the CPU in float64 (the exact reference), eagerly
+  on the CPU in the run's precision (what that precision alone costs), compiled on the device.
+  For the loss, the gradient norm and the parameter update, each side's error against float64
+  (relative: ``|x - x64| / max(1, |x64|)`` for the loss, ``|x - x64| / x64`` for the norm,
+  ``|dθ - dθ64| / |dθ64|`` for the update) is measured; the device passes when its error is at
+  most ``ACCURACY_MULTIPLE`` times eager's plus ``ACCURACY_FLOOR`` for all three (PASS), else
+  FAIL(output); a step that raises is FAIL(train). This is PyTorch's accuracy checker's rule
+  (``torch._dynamo.utils.same``: ``res_error <= multiplier * ref_error + tol / 10``): a
+  tolerance from measured noise, not from the dtype alone. The first AdamW step is close to
+  ``lr * sign(grad)``, so a near-zero gradient that flips sign under any reordering moves its
+  parameter by ``2 * lr``: eager's own update error is large, and so is the allowed one.
 * ``"search"``: a few steps at ``PARAMS["batch"]``, eager (``mode`` native) or compiled, under
   the memory cap: ``fits`` is true, or false with ``out_of_memory`` when the device (or the
   CPU's address-space limit) ran out of memory; any other error is FAIL(train).
@@ -20,8 +28,8 @@ classification heads.
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
-import math
 import time
 from typing import Any
 
@@ -64,6 +72,11 @@ OUT_OF_MEMORY = (
     "memoryerror",
 )
 LEARNING_RATE = 1e-3
+#: The check allows the device ``ACCURACY_MULTIPLE * eager's error + ACCURACY_FLOOR`` (each
+#: against float64): 3 is PyTorch's multiplier for mixed precision and small tensors (2 for large
+#: fp32 ones); the floor is its ``tol / 10`` at ``tol = 1e-4``, for when eager is exact by luck.
+ACCURACY_MULTIPLE = 3.0
+ACCURACY_FLOOR = 1e-5
 #: What compiling imports on first use, imported before a compiled trial's cap: the fork
 #: server has imported them (``pipeline.isolate.PRELOAD``), and ``python3 train.py`` in a fresh
 #: interpreter must not count them under its cap when a forked run does not.
@@ -109,44 +122,61 @@ def objective_of(config: Any) -> tuple[str, Any]:
 def check(
     params: dict[str, Any], ops: Any, tokenizer: Any, auto_class: Any, objective: str
 ) -> dict[str, Any]:
-    """One eager CPU fp32 step and one compiled device step on the same batch, compared."""
+    """The same step in float64 and eagerly in the run's precision on the CPU, and compiled on
+    the device: the device's errors against float64 held to eager's (see the module)."""
     batch = make_batch(tokenizer, objective, params["check_batch"], params["seq_len"])
-    with step("reference", Result.FAIL_LOAD):
-        reference = load_model(auto_class, params, "cpu")
-    with step("train", Result.FAIL_TRAIN):
-        ref = one_step(reference, batch, "cpu", None)
-    with step("load", Result.FAIL_LOAD):
-        model = load_model(auto_class, params, params["device"])
-    with step("train", Result.FAIL_TRAIN):
-        compile_forward(params, model)
-        got = one_step(model, batch, params["device"], autocast_dtype(params))
-    tolerance = math.sqrt(torch.finfo(torch_dtype(params["dtype"])).eps)
-    delta_ref, delta = ref.pop("delta"), got.pop("delta")
-    param_error = float((delta - delta_ref).norm() / delta_ref.norm().clamp_min(1e-30))
-    failed = [
-        name
-        for name, bad in (
-            ("loss", abs(got["loss"] - ref["loss"]) > tolerance * max(1.0, abs(ref["loss"]))),
-            ("grad_norm", abs(got["grad_norm"] - ref["grad_norm"]) > tolerance * ref["grad_norm"]),
-            ("params", not param_error <= tolerance),
-        )
-        if bad
-    ]
+    amp = autocast_dtype(params)
+    sides = {}
+    for side, dtype, device in (
+        ("fp64", torch.float64, "cpu"),
+        ("eager", torch.float32, "cpu"),
+        ("device", torch.float32, params["device"]),
+    ):
+        with step("reference" if device == "cpu" else "load", Result.FAIL_LOAD):
+            model = load_model(auto_class, params, device, dtype=dtype)
+        with step("train", Result.FAIL_TRAIN):
+            if side == "device":
+                compile_forward(params, model)
+            sides[side] = one_step(model, batch, device, None if side == "fp64" else amp)
+        model = None
+        gc.collect()
+    exact, eager, got = sides["fp64"], sides["eager"], sides["device"]
+    eager_errors, errors = step_errors(eager, exact), step_errors(got, exact)
+    tolerances = {k: ACCURACY_MULTIPLE * v + ACCURACY_FLOOR for k, v in eager_errors.items()}
+    failed = [name for name, error in errors.items() if not error <= tolerances[name]]
     numbers = {
         "objective": objective,
-        "loss_ref": ref["loss"],
+        "loss_ref": exact["loss"],
+        "loss_eager": eager["loss"],
         "loss": got["loss"],
-        "grad_norm_ref": ref["grad_norm"],
+        "grad_norm_ref": exact["grad_norm"],
+        "grad_norm_eager": eager["grad_norm"],
         "grad_norm": got["grad_norm"],
-        "param_error": param_error,
-        "tolerance": tolerance,
-        "rule": "|loss - ref| <= tol * max(1, |ref|); |gnorm - ref| <= tol * ref; "
-        "|dtheta - dtheta_ref| / |dtheta_ref| <= tol; tol = sqrt(eps(dtype))",
+        "param_error": errors["params"],
+        "tolerance": tolerances["params"],
+        "errors": errors,
+        "eager_errors": eager_errors,
+        "tolerances": tolerances,
+        "rule": f"each error against the CPU float64 step <= {ACCURACY_MULTIPLE:g} x the eager "
+        f"CPU {params['dtype']} step's + {ACCURACY_FLOOR:g}; loss |x - x64| / max(1, |x64|), "
+        "grad_norm |x - x64| / x64, params |dtheta - dtheta64| / |dtheta64|",
     }
     if failed:
-        notes = f"differs from the eager CPU fp32 step: {', '.join(failed)} beyond {tolerance:.3g}"
+        beyond = ", ".join(f"{n} {errors[n]:.3g} > {tolerances[n]:.3g}" for n in failed)
+        notes = f"differs from the CPU float64 step beyond eager {params['dtype']}'s: {beyond}"
         return {"result": Result.FAIL_OUTPUT, "notes": notes, **numbers}
-    return {"result": Result.PASS, "notes": "matches the eager CPU fp32 step", **numbers}
+    notes = f"within the noise of the eager CPU {params['dtype']} step against float64"
+    return {"result": Result.PASS, "notes": notes, **numbers}
+
+
+def step_errors(side: dict[str, Any], exact: dict[str, Any]) -> dict[str, float]:
+    """A step's relative errors against the float64 step: loss, gradient norm, update."""
+    delta, delta_exact = side["delta"], exact["delta"]
+    return {
+        "loss": abs(side["loss"] - exact["loss"]) / max(1.0, abs(exact["loss"])),
+        "grad_norm": abs(side["grad_norm"] - exact["grad_norm"]) / max(exact["grad_norm"], 1e-30),
+        "params": float((delta - delta_exact).norm() / delta_exact.norm().clamp_min(1e-30)),
+    }
 
 
 def search_trial(
@@ -234,14 +264,18 @@ def autocast_dtype(params: dict[str, Any]) -> Any:
 
 
 def load_model(
-    auto_class: Any, params: dict[str, Any], device: str, train_mode: bool = False
+    auto_class: Any,
+    params: dict[str, Any],
+    device: str,
+    train_mode: bool = False,
+    dtype: Any = torch.float32,
 ) -> Any:
-    """The model in fp32 on ``device``; in eval mode unless asked (no dropout: the check's two
-    steps compute the same function)."""
+    """The model in ``dtype`` (fp32; the check's reference: float64) on ``device``; in eval mode
+    unless asked (no dropout: the check's steps compute the same function)."""
     model = auto_class.from_pretrained(
         params["checkpoint"],
         revision=params.get("revision"),
-        dtype=torch.float32,
+        dtype=dtype,
         trust_remote_code=False,
     ).to(device)
     return model.train() if train_mode else model.eval()
@@ -281,16 +315,16 @@ def one_step(
     with torch.autocast(device_type=device, dtype=amp or torch.float32, enabled=amp is not None):
         loss = model(**inputs).loss
     loss.backward()
-    grads = [p.grad.detach().float().norm() for p in model.parameters() if p.grad is not None]
+    grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
     grad_norm = torch.stack(grads).norm()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    done = {"loss": float(loss.detach().float()), "grad_norm": float(grad_norm)}
+    done = {"loss": float(loss.detach().double()), "grad_norm": float(grad_norm)}
     if before is not None:
         done["delta"] = flat_parameters(model) - before
     return done
 
 
 def flat_parameters(model: Any) -> Any:
-    """Every parameter, on the CPU in fp32, as one vector."""
-    return torch.cat([p.detach().float().cpu().reshape(-1) for p in model.parameters()])
+    """Every parameter, on the CPU in float64, as one vector."""
+    return torch.cat([p.detach().cpu().double().reshape(-1) for p in model.parameters()])
