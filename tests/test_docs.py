@@ -10,7 +10,7 @@
   extra): then a missing MkDocs fails.
 - Every fenced block of README.md and docs/ is checked by the language of its fence (the
   convention is written for people in docs/developing.md, "The documentation"):
-  ``bash``/``sh`` blocks run with ``bash -e`` and ``python`` blocks with the clone's
+  ``bash``/``sh`` blocks run with ``bash -e -x`` and ``python`` blocks with the clone's
   ``.venv/bin/python``, as written; ``toml`` blocks parse with tomllib; ``console`` blocks show
   commands that need what this machine lacks (a Neuron machine, an S3 bucket, the Hub, a
   cluster) and say so on their first line, a ``#`` comment, which is their skip reason here;
@@ -377,15 +377,20 @@ def fresh_clone(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Sc
 
 
 def run_block(block: Block, clone: Path, env: dict[str, str]) -> None:
+    """Run one block as written; on failure, fail naming its page and line, the command that
+    failed (``bash -x`` prints each command, ``+ ...``, before it runs) and the output."""
     if block.lang == "python":
         argv = [str(clone / ".venv" / "bin" / "python"), "-c", block.text]
     else:
-        argv = ["bash", "-e", "-c", block.text]
+        argv = ["bash", "-e", "-x", "-c", block.text]
     code, output = run_command(argv, clone, env, BLOCK_TIMEOUT)
     if code != 0:
-        tail = "\n".join(output.splitlines()[-60:])
+        lines = output.splitlines()
+        traced = [line for line in lines if line.startswith("+ ")]
+        failed = f" at `{traced[-1][2:]}`" if traced else ""
+        tail = "\n".join(lines[-60:])
         pytest.fail(
-            f"{block.where}: its ```{block.lang} block exited with {code}\n"
+            f"{block.where}: its ```{block.lang} block exited with {code}{failed}\n"
             f"{textwrap.indent(block.text, '    ')}\n"
             f"--- its output (the last 60 lines) ---\n{tail}",
             pytrace=False,
