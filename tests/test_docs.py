@@ -26,12 +26,16 @@ and every sweep of the pages use the ``aot_eager`` backend
 (``PYTEST_ADDOPTS="-o neuron_backend=aot_eager"``: a block's own ``--neuron-backend`` still
 wins) and the session's shared zoo cache (``NEURONSUPPORT_CACHE``, the ``zoo_cache`` fixture's
 folder), so the zoo is built once and CPU references are computed once; so a page's sweep of a
-few models mostly skips them as unchanged. Each page gets its own copy of that clone.
+few models mostly skips them as unchanged. Each page gets its own copy of that clone; the
+selected pages run two at a time in the background (a page's blocks run one after the
+other, so two pages keep two cores busy), each once per test run, and each page's test
+reports its own page's first failure.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -40,6 +44,7 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -349,8 +354,9 @@ def run_command(
             timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
-        output = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
-        return 124, f"{output}\n[timed out after {timeout} s]"
+        output = exc.output or ""
+        text = output.decode(errors="replace") if isinstance(output, bytes) else output
+        return 124, f"{text}\n[timed out after {timeout} s]"
     return done.returncode, done.stdout
 
 
@@ -376,34 +382,91 @@ def fresh_clone(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Sc
     return scratch
 
 
-def run_block(block: Block, clone: Path, env: dict[str, str]) -> None:
-    """Run one block as written; on failure, fail naming its page and line, the command that
-    failed (``bash -x`` prints each command, ``+ ...``, before it runs) and the output."""
+def run_block(block: Block, clone: Path, env: dict[str, str]) -> str | None:
+    """Run one block as written. If it fails: a message naming its page and line, the command
+    that failed (``bash -x`` prints each command, ``+ ...``, before it runs) and the output."""
     if block.lang == "python":
         argv = [str(clone / ".venv" / "bin" / "python"), "-c", block.text]
     else:
         argv = ["bash", "-e", "-x", "-c", block.text]
     code, output = run_command(argv, clone, env, BLOCK_TIMEOUT)
-    if code != 0:
-        lines = output.splitlines()
-        traced = [line for line in lines if line.startswith("+ ")]
-        failed = f" at `{traced[-1][2:]}`" if traced else ""
-        tail = "\n".join(lines[-60:])
-        pytest.fail(
-            f"{block.where}: its ```{block.lang} block exited with {code}{failed}\n"
-            f"{textwrap.indent(block.text, '    ')}\n"
-            f"--- its output (the last 60 lines) ---\n{tail}",
-            pytrace=False,
-        )
+    if code == 0:
+        return None
+    lines = output.splitlines()
+    traced = [line for line in lines if line.startswith("+ ")]
+    failed = f" at `{traced[-1][2:]}`" if traced else ""
+    tail = "\n".join(lines[-60:])
+    return (
+        f"{block.where}: its ```{block.lang} block exited with {code}{failed}\n"
+        f"{textwrap.indent(block.text, '    ')}\n"
+        f"--- its output (the last 60 lines) ---\n{tail}"
+    )
+
+
+def run_page(page: str, scratch: Scratch, folder: Path) -> str | None:
+    """Run a page's blocks in order, in its own copy of the clone; the first failure, if any."""
+    clone = folder / "clone"
+    shutil.rmtree(clone, ignore_errors=True)
+    shutil.copytree(scratch.clone, clone, symlinks=True)
+    env = scratch.env(clone)
+    for block in (b for b in BLOCKS if b.page == page and runnable(b)):
+        failure = run_block(block, clone, env)
+        if failure:
+            return failure
+    return None
+
+
+class PageRuns:
+    """Every selected page run, two at a time (their blocks run one after the other, so two
+    pages keep two cores busy), each page once per test run: under xdist the workers share
+    the results through files, each page under a lock."""
+
+    def __init__(self, scratch: Scratch, folder: Path, pages: list[str]) -> None:
+        self.scratch = scratch
+        self.folder = folder
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="docs-page")
+        self.runs = {page: self.pool.submit(self.run, page) for page in pages}
+
+    def run(self, page: str) -> str | None:
+        name = re.sub(r"[^\w.-]", "_", page)
+        done = self.folder / f"{name}.json"
+        with FileLock(str(self.folder / f"{name}.lock")):
+            if done.exists():
+                failure: str | None = json.loads(done.read_text(encoding="utf-8"))["failure"]
+                return failure
+            failure = run_page(page, self.scratch, self.folder / name)
+            done.write_text(json.dumps({"failure": failure}), encoding="utf-8")
+            return failure
+
+    def failure(self, page: str) -> str | None:
+        if page not in self.runs:  # not among the selected items: run it now
+            self.runs[page] = self.pool.submit(self.run, page)
+        return self.runs[page].result()
+
+
+@pytest.fixture(scope="session")
+def page_runs(
+    request: pytest.FixtureRequest, fresh_clone: Scratch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PageRuns]:
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / "docs-pages"
+    folder.mkdir(exist_ok=True)
+    selected = [
+        str(item.callspec.params["page"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.originalname == "test_the_commands_of_a_page_run_as_written"
+    ]
+    runs = PageRuns(fresh_clone, folder, selected)
+    yield runs
+    runs.pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_PAGES)
-def test_the_commands_of_a_page_run_as_written(
-    page: str, fresh_clone: Scratch, tmp_path: Path
-) -> None:
-    clone = tmp_path / "clone"
-    shutil.copytree(fresh_clone.clone, clone, symlinks=True)
-    env = fresh_clone.env(clone)
-    for block in (b for b in BLOCKS if b.page == page and runnable(b)):
-        run_block(block, clone, env)
+def test_the_commands_of_a_page_run_as_written(page: str, page_runs: PageRuns) -> None:
+    failure = page_runs.failure(page)
+    if failure:
+        pytest.fail(failure, pytrace=False)
