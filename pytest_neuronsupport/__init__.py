@@ -1,7 +1,7 @@
 """pytest-neuronsupport: which Hugging Face models run unmodified on this accelerator.
 
 The pytest hooks live in :mod:`pytest_neuronsupport.plugin`; everything they call is a plain
-module of this package (see README.md for the map).
+module of this package (see docs/layout.md for the map).
 """
 
 from __future__ import annotations

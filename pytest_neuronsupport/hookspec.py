@@ -1,6 +1,6 @@
 """The hooks pytest-neuronsupport offers its users, registered with ``pytest_addhooks``.
 
-Implement them in a ``conftest.py`` or a plugin (README.md, "Extending", has an example of each):
+Implement them in a ``conftest.py`` or a plugin (docs/extending.md has an example of each):
 
 * :func:`pytest_neuronsupport_runners`: add runners (each a
   :class:`~pytest_neuronsupport.runners.Runner` whose run code is in a module of yours);

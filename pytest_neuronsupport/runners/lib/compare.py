@@ -1,6 +1,6 @@
 """The output checks: a device's output against the CPU reference.
 
-Definitions (also in README.md, "The output check"):
+Definitions (also in docs/runners.md, "The output check"):
 
 * **Near-tie.** Let ``z`` be the CPU fp32 reference's scores at one position (the logits the
   greedy search or the prediction compared), ``a`` the CPU's choice there (its argmax) and ``b``
