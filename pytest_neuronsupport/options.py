@@ -285,7 +285,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "instance",
-        "instance type whose on-demand price (pricing.py, docs/performance.md) gives the cost per 1M",
+        "instance type whose on-demand price (docs/performance.md) gives the cost per 1M",
         choices=tuple(PRICES),
     ),
     Option(

@@ -1,5 +1,6 @@
-"""The hooks users extend the sweep with, each through a conftest.py as docs/extending.md shows: a column
-added to every row, a verdict turned, a runner of one's own (by hook and by entry point)."""
+"""The hooks users extend the sweep with, each through a conftest.py as docs/extending.md
+shows: a column added to every row, a verdict turned, a runner of one's own (by hook and by
+entry point)."""
 
 from __future__ import annotations
 
