@@ -139,7 +139,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "results",
-        "results folder, or s3://bucket/prefix shared by a sweep's shards",
+        "results folder, or the dataset a sweep's shards share: s3://bucket/prefix, or a "
+        "Hugging Face Hub dataset repo hf://datasets/ORG/NAME",
         "DIR|URI",
         kind="path",
         default="results",
@@ -521,8 +522,7 @@ def settings_from(config: pytest.Config) -> Settings:
     results = get("results")
     shared = values.text("results")
     if shared is not None and is_shared(shared):
-        # the sweep works on a local copy of the shared dataset, one per URI, in its cache
-        results = cache / "shared" / hashlib.sha256(shared.encode()).hexdigest()[:16]
+        results = shared_copy(cache, shared)
     else:
         shared = None
     return Settings(
@@ -554,6 +554,12 @@ def settings_from(config: pytest.Config) -> Settings:
         train_max_batch=get("train-max-batch"),
         **bench_settings(values),
     )
+
+
+def shared_copy(cache: Path, uri: str) -> Path:
+    """The local copy a sweep works on for the shared dataset ``uri``: one per URI, in the
+    cache."""
+    return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
 def bench_settings(values: _Values) -> dict[str, Any]:
