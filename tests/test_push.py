@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from pytest_neuronsupport import cli
 from pytest_neuronsupport.dataset.hub import HubDataset, HubError
 from pytest_neuronsupport.minihub import MiniHub
 from tests.results_for_tests import result_row, write_results
+from tests.sweeping import SweepRunner
 
 pytest_plugins = ["pytest_neuronsupport.minihub"]
 
@@ -112,7 +114,7 @@ def test_concurrent_pushes_lose_nothing(hub: MiniHub, tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert not errors
-    ids = [r["model_id"] for r in _repo_rows(hub)]
+    ids = [str(r["model_id"]) for r in _repo_rows(hub)]
     assert sorted(ids) == sorted(f"org/m{s}-{i}" for s in range(4) for i in range(3))
     assert sum(s.retried for s in summaries) >= 1  # they did collide
     assert len(hub.commits(REPO, "dataset")) == 1 + len(folders)
@@ -177,3 +179,32 @@ def test_space_and_reading_back(hub: MiniHub, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['FAIL(gen)']"
+
+
+@pytest.mark.slow
+def test_a_sweep_into_the_hub(
+    hub: MiniHub, sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the zoo loads from the cache anyway
+    uri = "hf://datasets/team/sweep"
+    done = sweep.run("zoo:llama", args=["--neuron-results", uri])
+    assert done.result.ret == 0, done.result.stdout.str()
+    rows = _repo_rows_of(hub, "team/sweep")
+    assert [(r["model_id"], r["result"]) for r in rows] == [("zoo:llama", "PASS")]
+    assert "README.md" in hub.files("team/sweep", "dataset")
+    assert not any(p.startswith(("runs/", "journal/")) for p in hub.files("team/sweep", "dataset"))
+    commits = len(hub.commits("team/sweep", "dataset"))
+
+    # another machine: no local copy; the pull at the start makes the model unchanged
+    shutil.rmtree(sweep.cache / "shared")
+    again = sweep.run("zoo:llama", args=["--neuron-results", uri])
+    assert again.result.ret == 0, again.result.stdout.str()
+    again.result.stdout.fnmatch_lines(["*unchanged since *(PASS)*"])
+    assert len(hub.commits("team/sweep", "dataset")) == commits  # nothing new: no commit
+
+
+def _repo_rows_of(hub: MiniHub, repo: str) -> list[dict[str, object]]:
+    data = hub.files(repo, "dataset")
+    [path] = [p for p in data if p.startswith("data/")]
+    rows: list[dict[str, object]] = pq.read_table(pa.BufferReader(data[path])).to_pylist()
+    return rows
