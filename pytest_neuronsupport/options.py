@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import devices
-from pytest_neuronsupport.dataset.layout import is_shared
+from pytest_neuronsupport.dataset.layout import is_hub, is_shared
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import (
     ModelListError,
@@ -200,8 +200,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "baseline",
-        "expected results (TOML from `neuronsupport baseline update`): a regression, or an "
-        "improvement not yet in it, fails the session",
+        "expected results (TOML from `neuronsupport baseline update`; a path, or a file of a "
+        "Hub dataset repo, hf://datasets/ORG/NAME/PATH): a regression, or an improvement not "
+        "yet in it, fails the session",
         "FILE",
         kind="path",
     ),
@@ -413,8 +414,12 @@ class Settings:
     baseline_allow_improvements: bool = declared("baseline-allow-improvements")
     #: An unchecked PASS fails the session (``--neuron-require-check``).
     require_check: bool = declared("require-check")
-    #: The shared dataset (``s3://...``) that ``results``, then a local copy, stands for.
+    #: The shared dataset (``s3://...``, ``hf://datasets/...``) that ``results``, then a local
+    #: copy, stands for.
     shared: str | None = None
+    #: The baseline as a file of a Hub dataset repo (``hf://datasets/ORG/NAME/PATH``), read
+    #: instead of ``baseline``.
+    baseline_uri: str | None = None
     #: The part of the lists this machine runs (None: all of it).
     shard: Shard | None = None
     #: Where this machine's core leases live (one folder for every sweep on the machine).
@@ -525,6 +530,8 @@ def settings_from(config: pytest.Config) -> Settings:
         results = shared_copy(cache, shared)
     else:
         shared = None
+    baseline_text = values.text("baseline")
+    hub_baseline = baseline_text if baseline_text and is_hub(baseline_text) else None
     return Settings(
         lists=tuple(lists),
         device=device,
@@ -545,7 +552,8 @@ def settings_from(config: pytest.Config) -> Settings:
         core_memory_gb=get("core-memory"),
         prefill_chunk=chunk or None,
         judge=None if (judge := get("judge")) in (None, "none") else judge,
-        baseline=get("baseline"),
+        baseline=None if hub_baseline else get("baseline"),
+        baseline_uri=hub_baseline,
         baseline_allow_improvements=get("baseline-allow-improvements"),
         require_check=get("require-check"),
         shard=shard,

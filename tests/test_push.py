@@ -166,6 +166,15 @@ def test_space_and_reading_back(hub: MiniHub, tmp_path: Path) -> None:
     assert code == 0 and "FAIL(gen)" in out
     code, out = _run("failures", "--results", uri)
     assert code == 0 and "org/b" in out
+    code, out = _run("baseline", "update", "--out", str(tmp_path / "b.toml"), "--results", uri)
+    assert code == 0, out
+    hub.add_commit(
+        REPO, files={"ci/b.toml": (tmp_path / "b.toml").read_bytes()}, repo_type="dataset"
+    )
+    code, out = _run("check", "--baseline", f"{uri}/ci/b.toml", "--results", uri)
+    assert code == 0, out
+    code, out = _run("check", "--baseline", f"{uri}/ci/none.toml", "--results", uri)
+    assert code == 2
 
     # the card's own query, in a fresh interpreter that finds the hub through HF_ENDPOINT
     query = (
@@ -197,9 +206,20 @@ def test_a_sweep_into_the_hub(
 
     # another machine: no local copy; the pull at the start makes the model unchanged
     shutil.rmtree(sweep.cache / "shared")
-    again = sweep.run("zoo:llama", args=["--neuron-results", uri])
+    assert (
+        cli.main(["baseline", "update", "--out", str(sweep.cache / "b.toml"), "--results", uri])
+        == 0
+    )
+    hub.add_commit(
+        "team/sweep", files={"b.toml": (sweep.cache / "b.toml").read_bytes()}, repo_type="dataset"
+    )
+    commits = len(hub.commits("team/sweep", "dataset"))
+    baseline = f"{uri}/b.toml"
+    again = sweep.run("zoo:llama", args=["--neuron-results", uri, "--neuron-baseline", baseline])
     assert again.result.ret == 0, again.result.stdout.str()
-    again.result.stdout.fnmatch_lines(["*unchanged since *(PASS)*"])
+    again.result.stdout.fnmatch_lines(
+        [f"*held against the baseline {baseline}*", "*unchanged since *(PASS)*"]
+    )
     assert len(hub.commits("team/sweep", "dataset")) == commits  # nothing new: no commit
 
 
