@@ -55,8 +55,8 @@ def parser() -> argparse.ArgumentParser:
             [
                 *__doc__.splitlines()[2:],
                 "",
-                f"Commands that read results take --results DIR (default {results_default}),",
-                "or --results hf://datasets/ORG/NAME (a Hub dataset repo, at HF_ENDPOINT).",
+                f"Commands that read results take --results DIR (default {results_default}).",
+                "A Hub dataset repo (at HF_ENDPOINT) reads as --results hf://datasets/ORG/NAME.",
             ]
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
