@@ -95,7 +95,11 @@ def _refusals(where: str, doing: str) -> Iterator[None]:
         else:
             why = f"the Hub answered {status}"
         raise HubError(f"{where}: {doing}: {why}: {said}") from None
-    except OSError as exc:  # the endpoint down or unreachable (httpx's errors are OSErrors)
+    except ValueError as exc:  # the client's own checks
+        raise HubError(f"{where}: {doing}: {exc}") from None
+    except Exception as exc:  # the endpoint down or unreachable: the transport's errors
+        if isinstance(exc, HubError):
+            raise
         raise HubError(f"{where}: {doing}: {type(exc).__name__}: {exc}") from None
 
 
@@ -245,9 +249,15 @@ class HubDataset:
     # --- writing --------------------------------------------------------------------------------
 
     def create(self) -> None:
-        """Make the repo unless it exists."""
+        """Make the repo unless it exists (asked first: a token that may not create repos
+        then fails at the commit, with the Hub's reason)."""
+        from huggingface_hub.errors import RepositoryNotFoundError
+
         with _refusals(self.uri, "creating it"):
-            self.api.create_repo(self.repo_id, repo_type="dataset", exist_ok=True)
+            try:
+                self.api.dataset_info(self.repo_id)
+            except RepositoryNotFoundError:
+                self.api.create_repo(self.repo_id, repo_type="dataset", exist_ok=True)
 
     def push(self, results: Path, attempts: int = 30, merged: Path | None = None) -> PushSummary:
         """Merge the pair files of ``results`` into the repo, with the card; one commit, or
@@ -425,10 +435,14 @@ def push_space(space: str, page: Path, source: str | None = None, token: str | N
     if len(space.strip("/").split("/")) != 2:
         raise HubError(f"{uri}: expected ORG/NAME")
     api = _api(token)
+    from huggingface_hub.errors import RepositoryNotFoundError
+
     with _refusals(uri, "creating it"):
-        api.create_repo(space, repo_type="space", space_sdk="static", exist_ok=True)
-    with _refusals(uri, "reading it"):
-        info = api.space_info(space)
+        try:
+            info = api.space_info(space)
+        except RepositoryNotFoundError:
+            api.create_repo(space, repo_type="space", space_sdk="static", exist_ok=True)
+            info = api.space_info(space)
     if info.sdk != "static":
         raise HubError(f"{uri} is a {info.sdk} Space, not a static one: nothing was written")
     named = f": the dataset {source}" if source else ""
