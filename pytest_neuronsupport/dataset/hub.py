@@ -98,7 +98,7 @@ def _refusals(where: str, doing: str) -> Iterator[None]:
     except ValueError as exc:  # the client's own checks
         raise HubError(f"{where}: {doing}: {exc}") from None
     except Exception as exc:  # the endpoint down or unreachable: the transport's errors
-        if isinstance(exc, HubError):
+        if isinstance(exc, (HubError, _Refused)):
             raise
         raise HubError(f"{where}: {doing}: {type(exc).__name__}: {exc}") from None
 
