@@ -13,6 +13,7 @@ neuronsupport page --out DIR                 a static page to browse the results
 neuronsupport card                           the dataset's README.md card
 neuronsupport upgrade                        rewrite files of an older schema to the current one
 neuronsupport merge                          fold journals (a folder) or shards' rows (s3://) in
+neuronsupport push --repo ORG/NAME           the dataset to a Hub dataset repo (--space: the page)
 neuronsupport train-report                   the training table, per model
 neuronsupport perf                           the performance tables
 """
@@ -55,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
                 *__doc__.splitlines()[2:],
                 "",
                 f"Commands that read results take --results DIR (default {results_default}).",
+                "A Hub dataset repo (at HF_ENDPOINT) reads as --results hf://datasets/ORG/NAME.",
             ]
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -137,6 +139,15 @@ def parser() -> argparse.ArgumentParser:
     )
     _results(merge)
 
+    push = sub.add_parser(
+        "push",
+        help="publish the results to a Hub dataset repo (merged with its rows; one commit) "
+        "and/or the page as a static Space",
+    )
+    push.add_argument("--repo", metavar="ORG/NAME", help="the dataset repo (made if absent)")
+    push.add_argument("--space", metavar="ORG/NAME", help="the static Space for the page")
+    _results(push)
+
     train = sub.add_parser(
         "train-report", help="the training table: largest batch native and compiled, per model"
     )
@@ -152,10 +163,33 @@ def parser() -> argparse.ArgumentParser:
 def _results_dir(args: argparse.Namespace) -> Path:
     from pytest_neuronsupport.dataset.layout import DATA
 
-    results = Path(args.results)
+    results = _read(str(args.results))
     if not (results / DATA).is_dir():
         raise CommandError(f"no results dataset at {results} (no {results / DATA} folder)")
     return results
+
+
+def _read(results: str) -> Path:
+    """The folder to read ``--results`` from: the folder, or a Hub repo's files at its head in
+    a temporary folder (removed at exit)."""
+    from pytest_neuronsupport.dataset.layout import is_hub
+
+    if not is_hub(results):
+        return Path(results)
+    import atexit
+    import shutil
+    import tempfile
+
+    from pytest_neuronsupport.dataset.hub import HubDataset, HubError
+
+    folder = Path(tempfile.mkdtemp(prefix="neuronsupport-hub-"))
+    atexit.register(shutil.rmtree, folder, True)
+    try:
+        dataset = HubDataset(results)
+        dataset.download(folder, dataset.head())
+    except HubError as exc:
+        raise CommandError(str(exc)) from None
+    return folder
 
 
 def _zoo_list(args: argparse.Namespace) -> int:
@@ -297,7 +331,7 @@ def _check(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
 
     results = _results_dir(args)
-    expected = baseline.read(Path(args.baseline))
+    expected = baseline.read(_baseline_file(args.baseline))
     pair = resolve_pair(results, args.pair or expected.pair)
     rows = list(latest_rows(results, pair).values())
     scripts = {r["model_id"]: run_py_path(results, pair, r["model_id"]) for r in rows}
@@ -308,6 +342,20 @@ def _check(args: argparse.Namespace) -> int:
         print(f"(held {pair.removesuffix('.parquet')} against a baseline of {expected.pair})")
     print("\n".join(comparison.lines()))
     return 0 if comparison.ok else 1
+
+
+def _baseline_file(name: str) -> Path:
+    """A baseline file: a path, or ``hf://datasets/ORG/NAME/PATH`` (downloaded)."""
+    from pytest_neuronsupport.dataset.layout import is_hub
+
+    if not is_hub(name):
+        return Path(name)
+    from pytest_neuronsupport.dataset.hub import HubError, download_file
+
+    try:
+        return download_file(name)
+    except HubError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _page(args: argparse.Namespace) -> int:
@@ -344,9 +392,11 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.dataset.layout import is_shared
+    from pytest_neuronsupport.dataset.layout import is_hub, is_shared
 
     results = str(args.results)
+    if is_hub(results):
+        return _merge_hub(results)
     if is_shared(results):
         from pytest_neuronsupport.dataset.shared import SharedResults
 
@@ -367,10 +417,62 @@ def _merge(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _merge_hub(uri: str) -> int:
+    """The local copy a sweep into ``uri`` left on this machine: its journals merged, then
+    pushed."""
+    from pytest_neuronsupport.dataset.hub import HubDataset, HubError
+    from pytest_neuronsupport.dataset.merge import merge_journals
+
+    folder = options.shared_copy(options.default_cache(), uri)
+    try:
+        dataset = HubDataset(uri)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if not folder.is_dir():
+        print(f"no local copy of {uri} here ({folder}): nothing to merge")
+        return 0
+    report = merge_journals(folder)
+    for path, count in report.written.items():
+        print(f"{path}: {count} row(s) merged")
+    try:
+        summary = dataset.push(folder)
+    except HubError as exc:
+        raise CommandError(str(exc)) from None
+    print("\n".join(summary.lines()))
+    return 0 if report.ok else 1
+
+
+def _push(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from pytest_neuronsupport.dataset.hub import HubDataset, HubError, push_space
+    from pytest_neuronsupport.views.page import write_page
+
+    if not args.repo and not args.space:
+        raise CommandError("say where: --repo ORG/NAME (the dataset), --space ORG/NAME (the page)")
+    results = _results_dir(args)
+    with tempfile.TemporaryDirectory(prefix="neuronsupport-push-") as tmp:
+        pushed, source = results, None
+        try:
+            if args.repo:
+                dataset = HubDataset(f"hf://datasets/{args.repo}")
+                pushed, source = Path(tmp) / "pushed", dataset.uri
+                summary = dataset.push(results, merged=pushed)
+                print("\n".join(summary.lines()))
+                if summary.retried:
+                    print(f"  ({summary.retried} commit(s) refused: another push came first)")
+            if args.space:
+                page = write_page(pushed, Path(tmp) / "page").parent
+                print(push_space(args.space, page, source))
+        except (HubError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+    return 0
+
+
 def _train_report(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.training import train_report
 
-    results = Path(args.results)
+    results = _read(str(args.results))
     lines = train_report(results)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no training results") else 1
@@ -379,7 +481,7 @@ def _train_report(args: argparse.Namespace) -> int:
 def _perf(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.perf import perf_report
 
-    results = Path(args.results)
+    results = _read(str(args.results))
     lines = perf_report(results)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no performance results") else 1
@@ -398,6 +500,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("card", None): _card,
     ("upgrade", None): _upgrade,
     ("merge", None): _merge,
+    ("push", None): _push,
     ("train-report", None): _train_report,
     ("perf", None): _perf,
 }

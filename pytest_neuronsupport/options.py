@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import devices
-from pytest_neuronsupport.dataset.layout import is_shared
+from pytest_neuronsupport.dataset.layout import is_hub, is_shared
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import (
     ModelListError,
@@ -139,7 +139,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "results",
-        "results folder, or s3://bucket/prefix shared by a sweep's shards",
+        "results folder, or the dataset a sweep's shards share: s3://bucket/prefix, or a "
+        "Hugging Face Hub dataset repo hf://datasets/ORG/NAME",
         "DIR|URI",
         kind="path",
         default="results",
@@ -199,8 +200,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "baseline",
-        "expected results (TOML from `neuronsupport baseline update`): a regression, or an "
-        "improvement not yet in it, fails the session",
+        "expected results (TOML from `neuronsupport baseline update`; a path, or a file of a "
+        "Hub dataset repo, hf://datasets/ORG/NAME/PATH): a regression, or an improvement not "
+        "yet in it, fails the session",
         "FILE",
         kind="path",
     ),
@@ -412,8 +414,12 @@ class Settings:
     baseline_allow_improvements: bool = declared("baseline-allow-improvements")
     #: An unchecked PASS fails the session (``--neuron-require-check``).
     require_check: bool = declared("require-check")
-    #: The shared dataset (``s3://...``) that ``results``, then a local copy, stands for.
+    #: The shared dataset (``s3://...``, ``hf://datasets/...``) that ``results``, then a local
+    #: copy, stands for.
     shared: str | None = None
+    #: The baseline as a file of a Hub dataset repo (``hf://datasets/ORG/NAME/PATH``), read
+    #: instead of ``baseline``.
+    baseline_uri: str | None = None
     #: The part of the lists this machine runs (None: all of it).
     shard: Shard | None = None
     #: Where this machine's core leases live (one folder for every sweep on the machine).
@@ -521,10 +527,11 @@ def settings_from(config: pytest.Config) -> Settings:
     results = get("results")
     shared = values.text("results")
     if shared is not None and is_shared(shared):
-        # the sweep works on a local copy of the shared dataset, one per URI, in its cache
-        results = cache / "shared" / hashlib.sha256(shared.encode()).hexdigest()[:16]
+        results = shared_copy(cache, shared)
     else:
         shared = None
+    baseline_text = values.text("baseline")
+    hub_baseline = baseline_text if baseline_text and is_hub(baseline_text) else None
     return Settings(
         lists=tuple(lists),
         device=device,
@@ -545,7 +552,8 @@ def settings_from(config: pytest.Config) -> Settings:
         core_memory_gb=get("core-memory"),
         prefill_chunk=chunk or None,
         judge=None if (judge := get("judge")) in (None, "none") else judge,
-        baseline=get("baseline"),
+        baseline=None if hub_baseline else get("baseline"),
+        baseline_uri=hub_baseline,
         baseline_allow_improvements=get("baseline-allow-improvements"),
         require_check=get("require-check"),
         shard=shard,
@@ -554,6 +562,12 @@ def settings_from(config: pytest.Config) -> Settings:
         train_max_batch=get("train-max-batch"),
         **bench_settings(values),
     )
+
+
+def shared_copy(cache: Path, uri: str) -> Path:
+    """The local copy a sweep works on for the shared dataset ``uri``: one per URI, in the
+    cache."""
+    return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
 def bench_settings(values: _Values) -> dict[str, Any]:

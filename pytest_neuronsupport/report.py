@@ -190,7 +190,7 @@ class SummaryFacts:
     shard: str | None
     tables: list[TableFacts]
     problems: list[str] = field(default_factory=list)
-    baseline: Path | None = None
+    baseline: Path | str | None = None
     comparison: Comparison | None = None
     #: The pair the sweep wrote, as a baseline names it.
     pair_name: str = ""

@@ -74,9 +74,17 @@ def configure(config: pytest.Config) -> SweepSession:
     explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
     config.args = [str(p) for p in settings.lists] + list(explicit)
     expected = None
-    if settings.baseline is not None:
+    source = settings.baseline
+    if settings.baseline_uri is not None:
+        from pytest_neuronsupport.dataset.hub import HubError, download_file
+
         try:
-            expected = baseline.read(settings.baseline)
+            source = download_file(settings.baseline_uri)
+        except (HubError, ValueError) as exc:
+            raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+    if source is not None:
+        try:
+            expected = baseline.read(source)
         except baseline.BaselineError as exc:
             raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
     session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
@@ -371,7 +379,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
-            baseline=s.baseline,
+            baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),
             unchecked_failing=self.unchecked_failing,

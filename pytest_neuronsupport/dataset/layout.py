@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "HUB_SCHEME",
     "SCHEME",
     "check_relpath",
     "data_files",
+    "is_hub",
     "is_shared",
     "journal_dir",
     "pair_dirname",
@@ -25,6 +27,10 @@ __all__ = [
 
 SCHEME: Final = "s3://"
 """The results that are not a folder: a dataset on object storage (:mod:`.shared`)."""
+HUB_SCHEME: Final = "hf://"
+"""Or a dataset repo on the Hugging Face Hub, ``hf://datasets/ORG/NAME`` (:mod:`.hub`)."""
+README: Final = "README.md"
+"""The dataset card: ``<results>/README.md``."""
 
 DATA: Final = "data"
 """The support dataset's folder: ``<results>/data`` (other tables name their own folder)."""
@@ -169,8 +175,13 @@ def run_dir(results_dir: Path, pair_relpath: str, model_id: str) -> Path:
 
 
 def is_shared(results: str) -> bool:
-    """Whether ``--neuron-results`` names object storage rather than a folder."""
-    return results.startswith(SCHEME)
+    """Whether ``--neuron-results`` names object storage or the Hub rather than a folder."""
+    return results.startswith((SCHEME, HUB_SCHEME))
+
+
+def is_hub(results: str) -> bool:
+    """Whether ``results`` names the Hugging Face Hub (``hf://``)."""
+    return results.startswith(HUB_SCHEME)
 
 
 def run_py_path(results_dir: Path, pair_relpath: str, model_id: str) -> Path:

@@ -24,7 +24,7 @@ from pytest_neuronsupport.dataset.durable import (
 )
 from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
 from pytest_neuronsupport.dataset.layout import journal_dir
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table, validate_row
 from pytest_neuronsupport.dataset.store import (
     UnreadableResultsError,
     concat_tables,
@@ -36,7 +36,7 @@ from pytest_neuronsupport.dataset.store import (
 )
 from pytest_neuronsupport.dataset.tables import TABLES
 
-__all__ = ["MergeReport", "merge_journals"]
+__all__ = ["MergeReport", "merge_file", "merge_journals"]
 
 
 @dataclass
@@ -121,6 +121,21 @@ def _apply_rows(target: Path, rows: list[dict[str, Any]], table: Table = SUPPORT
         atomic_write(target, merged)
     forget_cached(target)
     return len(applied)
+
+
+def merge_file(source: Path, target: Path, table: Table = SUPPORT) -> int:
+    """Fold the rows of the pair file ``source`` into ``target`` (made if absent) by the
+    journals' rules: each key's latest row of ``source`` replaces ``target``'s unless that one
+    has a strictly later ``tested_at``. Returns the rows applied.
+
+    Raises:
+        UnreadableResultsError: either file could not be read; ``target`` is left untouched.
+    """
+    existing = read_table(source, keep_extra=True, table=table)
+    rows = existing.to_pylist()
+    latest = latest_positions(existing, table.key)
+    picked = [validate_row(rows[i], table) for i in sorted(latest.values())]
+    return _apply_rows(target, picked, table)
 
 
 def latest_keys(existing: pa.Table, table: Table) -> list[Any]:

@@ -1,7 +1,7 @@
 """One results store, chosen by the ``--neuron-results`` URI, as pytest-benchmark chooses its
 storage: a folder (:class:`FolderResults`), or a dataset on object storage shared by the shards
-of a sweep, ``s3://bucket/prefix`` (:class:`ObjectStoreResults`). A later store (the Hub) is
-one more implementation of :class:`Results`.
+of a sweep, ``s3://bucket/prefix`` (:class:`ObjectStoreResults`), or a Hugging Face Hub dataset
+repo, ``hf://datasets/ORG/NAME`` (:class:`HubResults`).
 
 Every store has a local folder the sweep works in (:attr:`Results.folder`): its journal, runs
 and merges happen there, and skip-unchanged reads it. A store then says what it does beyond
@@ -20,10 +20,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_neuronsupport.dataset.durable import write_once
-from pytest_neuronsupport.dataset.layout import is_shared
+from pytest_neuronsupport.dataset.layout import is_hub, is_shared
 from pytest_neuronsupport.dataset.schema import Table
 
-__all__ = ["FolderResults", "ObjectStoreResults", "Results", "ResultsError", "open_results"]
+__all__ = [
+    "FolderResults",
+    "HubResults",
+    "ObjectStoreResults",
+    "Results",
+    "ResultsError",
+    "open_results",
+]
 
 
 class ResultsError(Exception):
@@ -134,6 +141,57 @@ class ObjectStoreResults:
         return f"{self.uri.rstrip('/')}/{name}"
 
 
+class HubResults:
+    """A dataset repo on the Hugging Face Hub (:class:`~pytest_neuronsupport.dataset.hub.
+    HubDataset`), through a local copy in the cache, one per URI. Its rows are pulled (merged
+    into the copy) before the sweep and pushed (merged into the repo, one commit) at its end:
+    each shard pushes its own, and concurrent pushes lose nothing. A row is not published
+    one by one (each would be a commit); a shard that dies before its end keeps its rows in
+    the local copy's journal, which ``neuronsupport merge --results hf://...`` pushes."""
+
+    def __init__(self, uri: str, folder: Path) -> None:
+        from pytest_neuronsupport.dataset.hub import HubDataset
+
+        self.dataset = HubDataset(uri)
+        self.uri = self.dataset.uri
+        self.folder = Path(folder)
+
+    def pull(self) -> None:
+        from pytest_neuronsupport.dataset.hub import HubError
+
+        check_folder(self.folder)
+        try:
+            self.dataset.pull(self.folder)
+        except HubError as exc:
+            raise ResultsError(str(exc)) from None
+
+    def publish(self, sweep_id: str, pair: str, table: Table, row: dict[str, Any]) -> None:
+        return None
+
+    def finish(self) -> list[str]:
+        from pytest_neuronsupport.dataset.hub import HubError
+
+        try:
+            self.dataset.push(self.folder)
+        except HubError as exc:
+            return [
+                f"{exc}; the rows are in the local copy {self.folder}: "
+                f"`neuronsupport merge --results {self.uri}` pushes them"
+            ]
+        return []
+
+    def write_once(self, name: str, text: str) -> tuple[str, str]:
+        from pytest_neuronsupport.dataset.hub import HubError
+
+        try:
+            return self.where(name), self.dataset.write_once(name, text)
+        except HubError as exc:
+            raise ResultsError(str(exc)) from None
+
+    def where(self, name: str) -> str:
+        return f"{self.uri}/{name}"
+
+
 def check_folder(folder: Path) -> None:
     """Make the results folder, or say why it cannot be used.
 
@@ -153,13 +211,19 @@ def check_folder(folder: Path) -> None:
 
 def open_results(folder: Path, shared: str | None = None) -> Results:
     """The store that ``--neuron-results`` names: a ``folder``, or the ``shared`` dataset
-    (``s3://bucket/prefix``) whose local copy ``folder`` is.
+    (``s3://bucket/prefix`` or ``hf://datasets/ORG/NAME``) whose local copy ``folder`` is.
 
     Raises:
-        ResultsError: an ``s3://`` URI without boto3 installed, or a URI without a bucket.
+        ResultsError: an ``s3://`` URI without boto3 installed, a URI without a bucket, an
+            ``hf://`` URI that is not a dataset repo's.
     """
     if shared is None or not is_shared(shared):
         return FolderResults(folder)
+    if is_hub(shared):
+        try:
+            return HubResults(shared, folder)
+        except ValueError as exc:
+            raise ResultsError(str(exc)) from None
     if importlib.util.find_spec("boto3") is None:
         raise ResultsError(f"{shared} needs boto3: pip install 'pytest-neuronsupport[s3]'")
     try:

@@ -60,7 +60,7 @@ class SharedResults:
     """One shared dataset: ``s3://bucket/prefix``."""
 
     def __init__(self, uri: str, client: Any = None) -> None:
-        if not is_shared(uri):
+        if not uri.startswith(SCHEME):
             raise ValueError(f"{uri!r} is not an {SCHEME} URI")
         bucket, _, prefix = uri.removeprefix(SCHEME).partition("/")
         if not bucket:

@@ -12,9 +12,21 @@ from a daemon thread) that speaks enough of the Hub's HTTP API for the unmodifie
         [m.id for m in api.list_models(filter="transformers", sort="downloads")]
         hf_hub_download("org/tiny", "config.json", revision=sha, endpoint=hub.url, cache_dir=tmp)
 
-Repos are model repos only, built from a local folder and/or a mapping of files, with a linear
-history (:meth:`MiniHub.add_model`, :meth:`MiniHub.add_commit`); ``main`` and any commit sha (or
-a unique prefix of at least 7 hex digits) are valid revisions. Served endpoints:
+Model repos are built from a local folder and/or a mapping of files, with a linear history
+(:meth:`MiniHub.add_model`, :meth:`MiniHub.add_commit`); dataset and space repos
+(:meth:`MiniHub.add_repo`) are served by the same read endpoints under ``/api/datasets/``,
+``/api/spaces/``, ``/datasets/{repo}/resolve/...`` and ``/spaces/{repo}/resolve/...``. ``main``
+and any commit sha (or a unique prefix of at least 7 hex digits) are valid revisions.
+
+**The write side** (:mod:`.writes`) is what ``HfApi.create_repo``, ``create_commit`` and
+``upload_file`` send: ``POST /api/repos/create`` (every repo type; a space needs its ``sdk``;
+409 with the repo's ``url`` when it exists), ``POST /api/validate-yaml``, the pre-upload, the
+git-LFS batch API (``basic`` transfer; nothing advertises Xet, and the client takes this path
+when ``HF_HUB_DISABLE_XET=1`` or when it uploads file objects), commits as NDJSON with
+``parentCommit`` (412 when it is not the head) and ``GET /api/{type}s/{repo}/commits/{rev}``.
+Writes need a write token of the repo's namespace (:meth:`MiniHub.add_user`): no token 401,
+an unknown one 401, a read token or another's namespace 403, an unknown organization 404.
+:meth:`MiniHub.files` and :meth:`MiniHub.commits` show what landed. Served endpoints:
 
 - ``GET /api/models``: ``search``, ``author``, ``filter`` (repeatable, all must match a tag or
   the library name), ``pipeline_tag``, ``gated``, ``num_parameters`` (``min:1B,max:8B``),
@@ -70,7 +82,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +91,7 @@ import pytest
 from pytest_neuronsupport.minihub.repos import (
     _DEFAULT_CREATED_AT,
     _FULL_SHA,
+    GITATTRIBUTES,
     _as_datetime,
     _Blob,
     _Commit,
@@ -118,7 +131,15 @@ class MiniHub:
         self.request_headers: list[dict[str, str]] = []
         self.errors: list[str] = []
         self._lock = threading.RLock()
-        self._repos: dict[str, _Repo] = {}
+        self._repos: dict[str, _Repo] = {}  # the model repos
+        self._repos_of: dict[str, dict[str, _Repo]] = {
+            "model": self._repos,
+            "dataset": {},
+            "space": {},
+        }
+        self._users: dict[str, set[str]] = {}  # user -> the organizations it belongs to
+        self._tokens: dict[str, tuple[str, bool]] = {}  # token -> (user, may write)
+        self._lfs: dict[str, bytes] = {}  # LFS objects uploaded, by sha256
         self._interrupts: dict[tuple[str, str], list[list[int]]] = {}
         self._order = 0
         self._server: _Server | None = None
@@ -230,6 +251,61 @@ class MiniHub:
             repo.commits.append(commit)
             return commit.sha
 
+    def add_repo(
+        self,
+        repo_id: str,
+        repo_type: str,
+        files: Mapping[str, bytes] | None = None,
+        *,
+        sdk: str | None = None,
+        title: str = "initial commit",
+    ) -> str:
+        """Create a dataset or space repo (a space with its *sdk*) holding the Hub's default
+        ``.gitattributes`` and *files*, as ``POST /api/repos/create`` then a commit would;
+        return its commit sha. (Model repos: :meth:`add_model`.)"""
+        if repo_type not in ("dataset", "space"):
+            raise ValueError(f"repo_type must be 'dataset' or 'space', not {repo_type!r}")
+        if (repo_type == "space") != (sdk is not None):
+            raise ValueError("a space needs an sdk, and only a space has one")
+        with self._lock:
+            repo = self._create(repo_id, repo_type, sdk)
+            content = {".gitattributes": GITATTRIBUTES.encode(), **self._content(None, files)}
+            commit = self._make_commit(repo, None, content, repo.created_at, title)
+            repo.commits.append(commit)
+            return commit.sha
+
+    def add_user(
+        self, name: str, token: str, *, write: bool = True, orgs: Iterable[str] = ()
+    ) -> None:
+        """Register user *name*, member of *orgs*, and its *token* (a write token, or a read
+        one with ``write=False``). Writes (creating repos, uploads, commits) need a write token
+        of the repo's namespace: the user's own, or one of its organizations'."""
+        with self._lock:
+            self._users.setdefault(name, set()).update(orgs)
+            self._tokens[token] = (name, write)
+
+    def add_token(self, name: str, token: str, *, write: bool = True) -> None:
+        """Give registered user *name* one more token."""
+        with self._lock:
+            if name not in self._users:
+                raise KeyError(f"no user {name}")
+            self._tokens[token] = (name, write)
+
+    def files(
+        self, repo_id: str, repo_type: str = "model", revision: str = "main"
+    ) -> dict[str, bytes]:
+        """The files of *repo_id* at *revision* (KeyError: no such repo or revision)."""
+        with self._lock:
+            commit = self._repos_of[repo_type][repo_id].resolve(revision)
+            if commit is None:
+                raise KeyError(f"no revision {revision} of {repo_id}")
+            return {path: blob.data for path, blob in commit.files.items()}
+
+    def commits(self, repo_id: str, repo_type: str = "model") -> list[tuple[str, str]]:
+        """``(sha, title)`` of each commit of *repo_id*, oldest first."""
+        with self._lock:
+            return [(c.sha, c.title) for c in self._repos_of[repo_type][repo_id].commits]
+
     def add_commit(
         self,
         repo_id: str,
@@ -239,13 +315,14 @@ class MiniHub:
         delete: Iterable[str] = (),
         title: str = "update",
         date: str | datetime | None = None,
+        repo_type: str = "model",
     ) -> str:
         """Commit *folder*/*files* on top of ``main`` of *repo_id* (added or overwritten; paths
         in *delete* are removed); return the new sha. ``main`` moves to it; older shas stay
         resolvable. The date defaults to one second after the parent's."""
         content = self._content(folder, files)
         with self._lock:
-            repo = self._repos.get(repo_id)
+            repo = self._repos_of[repo_type].get(repo_id)
             if repo is None:
                 raise KeyError(f"no repo {repo_id}")
             parent = repo.head
@@ -276,6 +353,33 @@ class MiniHub:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _create(self, repo_id: str, repo_type: str, sdk: str | None) -> _Repo:
+        """A new, empty repo of *repo_type* (under the lock; ValueError if it exists)."""
+        repos = self._repos_of[repo_type]
+        if repo_id in repos:
+            raise ValueError(f"{repo_type} repo {repo_id} exists")
+        self._order += 1
+        repo = _Repo(
+            repo_id=repo_id,
+            pipeline_tag=None,
+            tags=(),
+            downloads=0,
+            trending_score=0,
+            likes=0,
+            gated=False,
+            library_name=None,
+            created_at=datetime.now(UTC).replace(microsecond=0),
+            config=None,
+            safetensors_parameters=None,
+            transformers_info=None,
+            gguf=None,
+            order=self._order,
+            repo_type=repo_type,
+            sdk=sdk,
+        )
+        repos[repo_id] = repo
+        return repo
+
     @staticmethod
     def _content(folder: Path | str | None, files: Mapping[str, bytes] | None) -> dict[str, bytes]:
         content = _read_folder(Path(folder)) if folder is not None else {}
@@ -291,6 +395,7 @@ class MiniHub:
         when: datetime,
         title: str,
         sha: str | None = None,
+        description: str = "",
     ) -> _Commit:
         if sha is not None and not _FULL_SHA.fullmatch(sha):
             raise ValueError(f"sha must be 40 lowercase hex digits, not {sha!r}")
@@ -299,7 +404,7 @@ class MiniHub:
         digest.update(_iso(when).encode())
         for path, blob in blobs.items():
             digest.update(f"\n{path} {blob.oid}".encode())
-        commit = _Commit(sha or digest.hexdigest(), parent, blobs, when, title)
+        commit = _Commit(sha or digest.hexdigest(), parent, blobs, when, title, {}, description)
         commit.meta = _derive(repo, blobs)
         return commit
 

@@ -60,6 +60,22 @@ LIST_DEFAULT_FIELDS = (
     "createdAt",
 )
 
+#: What dataset and space info carry (no model card fields).
+REPO_FIELDS = (
+    "author",
+    "sha",
+    "lastModified",
+    "createdAt",
+    "private",
+    "gated",
+    "disabled",
+    "downloads",
+    "likes",
+    "tags",
+    "siblings",
+    "usedStorage",
+)
+
 LIST_FULL_FIELDS = ("author", "sha", "lastModified", "gated", "disabled", "siblings")
 
 INFO_FIELDS = (
@@ -130,7 +146,7 @@ def model_fields(
         "sha": commit.sha,
         "lastModified": _iso(commit.date),
         "createdAt": _iso(repo.created_at),
-        "private": False,
+        "private": repo.private,
         "disabled": False,
         "gated": ("auto" if repo.gated is True else repo.gated),
         "downloads": repo.downloads,

@@ -56,6 +56,12 @@ _CONDITIONAL_GENERATION = {
     "automatic-speech-recognition": "AutoModelForSpeechSeq2Seq",
 }
 
+#: The ``.gitattributes`` the Hub writes into a repo it creates (the LFS patterns above).
+GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in _LFS_PATTERNS)
+
+REPO_TYPES = ("model", "dataset", "space")
+SPACE_SDKS = ("gradio", "docker", "static", "streamlit")
+
 _HEX = re.compile(r"[0-9a-f]{7,40}")
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")
 
@@ -117,6 +123,7 @@ class _Commit:
     date: datetime
     title: str
     meta: dict[str, Any] = field(default_factory=dict)  # derived card fields at this commit
+    description: str = ""
 
 
 @dataclass
@@ -137,6 +144,14 @@ class _Repo:
     gguf: dict[str, Any] | None
     commits: list[_Commit] = field(default_factory=list)
     order: int = 0
+    repo_type: str = "model"  # "model", "dataset" or "space"
+    sdk: str | None = None  # a space's
+    private: bool = False
+
+    @property
+    def prefix(self) -> str:
+        """The URL prefix of its type: ``""``, ``"datasets/"`` or ``"spaces/"``."""
+        return "" if self.repo_type == "model" else f"{self.repo_type}s/"
 
     @property
     def head(self) -> _Commit:

@@ -18,11 +18,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from pytest_neuronsupport.minihub import writes
 from pytest_neuronsupport.minihub.models import (
     EXPANDABLE,
     INFO_FIELDS,
     LIST_DEFAULT_FIELDS,
     LIST_FULL_FIELDS,
+    REPO_FIELDS,
     SORT_ALIASES,
     SORT_KEYS,
     TRUE,
@@ -32,12 +34,16 @@ from pytest_neuronsupport.minihub.models import (
     sort_value,
 )
 from pytest_neuronsupport.minihub.repos import _Blob, _Commit, _iso, _Repo
+from pytest_neuronsupport.minihub.writes import LFS_CONTENT_TYPE, _Reply, _Request
 
 if TYPE_CHECKING:
     from pytest_neuronsupport.minihub import MiniHub
 
 
-_SUBPATHS = {"revision", "tree", "paths-info", "refs", "resolve", "commits"}
+_SUBPATHS = {"revision", "tree", "paths-info", "refs", "resolve", "commits", "preupload", "commit"}
+_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
+_LFS_BATCH = ("info", "lfs", "objects", "batch")
+_LFS_VERIFY = ("info", "lfs", "objects", "verify")
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -89,19 +95,6 @@ class _Server(http.server.ThreadingHTTPServer):
             thread.join(timeout)
 
 
-class _Reply(Exception):
-    """An error answer: raised inside handlers, written by the dispatcher."""
-
-    def __init__(
-        self, status: int, message: str, code: str | None = None, commit: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.commit = commit
-
-
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -138,10 +131,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         hub._record(method, self.path, {k.lower(): v for k, v in self.headers.items()})
         self._method = method
         try:
-            length = self.headers.get("Content-Length") or "0"
-            if not length.isdigit():
-                raise _Reply(400, f"Invalid Content-Length: {length}", "BadRequest")
-            self._body = self.rfile.read(int(length)) if int(length) else b""
+            self._body = self._read_body()
             self._route(method)
         except _Reply as reply:
             self._send_error(reply)
@@ -153,14 +143,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send_error(_Reply(500, f"minihub internal error: {error!r}"))
             self.close_connection = True
 
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(body)
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        length = self.headers.get("Content-Length") or "0"
+        if not length.isdigit():
+            raise _Reply(400, f"Invalid Content-Length: {length}", "BadRequest")
+        return self.rfile.read(int(length)) if int(length) else b""
+
+    def _request(self) -> _Request:
+        return _Request(self.server.hub, self._body, self.headers.get("Authorization"))
+
     def _send_json(
         self, value: Any, status: int = 200, headers: Mapping[str, str] | None = None
     ) -> None:
         body = json.dumps(value).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        headers = dict(headers or {})
+        content_type = headers.pop("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for name, text in (headers or {}).items():
+        for name, text in headers.items():
             self.send_header(name, text)
         self.end_headers()
         if self._method != "HEAD":
@@ -183,33 +194,60 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         query = parse_qsl(split.query, keep_blank_values=True)
         segments = split.path.strip("/").split("/")
-        if segments[:2] == ["api", "models"]:
-            rest = segments[2:]
-            if not rest and method in ("GET", "HEAD"):
+        if segments[:1] == ["api"] and len(segments) >= 2 and segments[1] in _TYPES:
+            repo_type, rest = _TYPES[segments[1]], segments[2:]
+            if not rest and method in ("GET", "HEAD") and repo_type == "model":
                 return self._list_models(query)
             if rest:
-                return self._model_api(method, rest, query)
-        elif "resolve" in segments[1:3] and method in ("GET", "HEAD"):
-            at = segments.index("resolve", 1)
-            if len(segments) > at + 2:
-                repo_id = unquote("/".join(segments[:at]))
-                revision = unquote(segments[at + 1])
-                filename = unquote("/".join(segments[at + 2 :]))
-                return self._resolve(repo_id, revision, filename)
+                return self._repo_api(repo_type, method, rest, query)
+        elif segments == ["api", "repos", "create"] and method == "POST":
+            status, answer = writes.create_repo(self._request())
+            return self._send_json(answer, status)
+        elif segments == ["api", "validate-yaml"] and method == "POST":
+            return self._send_json(writes.validate_yaml(self._request()))
+        elif len(segments) == 2 and segments[0] == "__lfs" and method == "PUT":
+            writes.lfs_put(self._request(), segments[1])
+            return self._send_json({})
+        elif len(segments) >= 5 and tuple(segments[-4:]) in (_LFS_BATCH, _LFS_VERIFY):
+            return self._lfs(method, segments)
+        repo_type, at = "model", 0
+        if segments[0] in ("datasets", "spaces"):
+            repo_type, at = _TYPES[segments[0]], 1
+        if "resolve" in segments[at + 1 : at + 3] and method in ("GET", "HEAD"):
+            where = segments.index("resolve", at + 1)
+            if len(segments) > where + 2:
+                repo_id = unquote("/".join(segments[at:where]))
+                revision = unquote(segments[where + 1])
+                filename = unquote("/".join(segments[where + 2 :]))
+                return self._resolve(repo_type, repo_id, revision, filename)
         raise _Reply(404, f"Not found: {method} {split.path}")
 
-    def _split_repo(self, rest: list[str]) -> tuple[str, list[str]]:
-        hub = self.server.hub
-        if len(rest) >= 2 and unquote(f"{rest[0]}/{rest[1]}") in hub._repos:
+    def _lfs(self, method: str, segments: list[str]) -> None:
+        if method != "POST":
+            raise _Reply(404, f"Not found: {method} {self.path}")
+        repo_type, names = "model", segments[:-4]
+        if names[0] in ("datasets", "spaces"):
+            repo_type, names = _TYPES[names[0]], names[1:]
+        repo_id = unquote("/".join(names)).removesuffix(".git")
+        with self.server.hub._lock:
+            repo = self._repo(repo_id, repo_type)
+        if segments[-1] == "batch":
+            answer = writes.lfs_batch(self._request(), repo)
+        else:
+            answer = writes.lfs_verify(self._request(), repo)
+        self._send_json(answer, headers={"Content-Type": LFS_CONTENT_TYPE})
+
+    def _split_repo(self, rest: list[str], repos: Mapping[str, _Repo]) -> tuple[str, list[str]]:
+        if len(rest) >= 2 and unquote(f"{rest[0]}/{rest[1]}") in repos:
             return unquote(f"{rest[0]}/{rest[1]}"), rest[2:]
-        if unquote(rest[0]) in hub._repos:
+        if unquote(rest[0]) in repos:
             return unquote(rest[0]), rest[1:]
         if len(rest) >= 2 and rest[1] not in _SUBPATHS:
             return unquote(f"{rest[0]}/{rest[1]}"), rest[2:]
         return unquote(rest[0]), rest[1:]
 
-    def _repo(self, repo_id: str) -> _Repo:
-        repo = self.server.hub._repos.get(repo_id)
+    def _repo(self, repo_id: str, repo_type: str = "model") -> _Repo:
+        repo = self.server.hub._repos_of[repo_type].get(repo_id)
         if repo is None:
             raise _Reply(
                 404 if self._authorized() else 401,
@@ -225,24 +263,51 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise _Reply(404, f"Invalid rev id: {revision}", "RevisionNotFound")
         return commit
 
-    def _model_api(self, method: str, rest: list[str], query: list[tuple[str, str]]) -> None:
+    def _repo_api(
+        self, repo_type: str, method: str, rest: list[str], query: list[tuple[str, str]]
+    ) -> None:
         hub = self.server.hub
+        read = method in ("GET", "HEAD")
         with hub._lock:
-            repo_id, sub = self._split_repo(rest)
-            repo = self._repo(repo_id)
-            if method in ("GET", "HEAD") and not sub:
-                return self._model_info(repo, repo.head, query)
-            if method in ("GET", "HEAD") and len(sub) == 2 and sub[0] == "revision":
-                return self._model_info(repo, self._commit(repo, unquote(sub[1])), query)
-            if method in ("GET", "HEAD") and len(sub) >= 2 and sub[0] == "tree":
+            repo_id, sub = self._split_repo(rest, hub._repos_of[repo_type])
+            repo = self._repo(repo_id, repo_type)
+            if read and not sub:
+                return self._info(repo, repo.head, query)
+            if read and len(sub) == 2 and sub[0] == "revision":
+                return self._info(repo, self._commit(repo, unquote(sub[1])), query)
+            if read and len(sub) >= 2 and sub[0] == "tree":
                 commit = self._commit(repo, unquote(sub[1]))
                 return self._tree(repo, commit, unquote("/".join(sub[2:])), query)
             if method == "POST" and len(sub) == 2 and sub[0] == "paths-info":
                 return self._paths_info(repo, self._commit(repo, unquote(sub[1])))
-            if method in ("GET", "HEAD") and sub == ["refs"]:
+            if read and sub == ["refs"]:
                 ref = {"name": "main", "ref": "refs/heads/main", "targetCommit": repo.head.sha}
                 return self._send_json({"branches": [ref], "converts": [], "tags": []})
+            if read and len(sub) == 2 and sub[0] == "commits":
+                return self._commits(self._commit(repo, unquote(sub[1])))
+        if method == "POST" and len(sub) == 2 and sub[0] == "preupload":
+            return self._send_json(writes.preupload(self._request(), repo, unquote(sub[1])))
+        if method == "POST" and len(sub) == 2 and sub[0] == "commit":
+            create_pr = dict(query).get("create_pr", "").lower() in TRUE
+            answer = writes.commit(self._request(), repo, unquote(sub[1]), create_pr)
+            return self._send_json(answer)
         raise _Reply(404, f"Not found: {method} {self.path}")
+
+    def _commits(self, commit: _Commit) -> None:
+        entries = []
+        current: _Commit | None = commit
+        while current is not None:
+            entries.append(
+                {
+                    "id": current.sha,
+                    "title": current.title,
+                    "message": current.description,
+                    "authors": [],
+                    "date": _iso(current.date),
+                }
+            )
+            current = current.parent
+        self._send_json(entries)
 
     # -- listings ----------------------------------------------------------------------------------
 
@@ -256,10 +321,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise _Reply(400, f"Invalid expand value(s): {', '.join(invalid)}", "BadRequest")
         return expand
 
-    def _model_info(self, repo: _Repo, commit: _Commit, query: list[tuple[str, str]]) -> None:
+    def _info(self, repo: _Repo, commit: _Commit, query: list[tuple[str, str]]) -> None:
         params = dict(query)
-        expand = self._expand(query)
         blobs = params.get("blobs", "").lower() in TRUE
+        if repo.repo_type != "model":
+            item = model_fields(repo, commit, REPO_FIELDS, blobs=blobs)
+            if repo.sdk is not None:
+                item["sdk"] = repo.sdk
+            return self._send_json(item)
+        expand = self._expand(query)
         item = model_fields(repo, commit, expand or INFO_FIELDS, blobs=blobs)
         if expand is None:
             item["modelId"] = repo.repo_id
@@ -431,10 +501,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 result.append(self._entry_json(commit, path, None, expand))
         self._send_json(result)
 
-    def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
+    def _resolve(self, repo_type: str, repo_id: str, revision: str, filename: str) -> None:
         hub = self.server.hub
         with hub._lock:
-            repo = self._repo(repo_id)
+            repo = self._repo(repo_id, repo_type)
             if repo.gated is not False and not self._authorized():
                 raise _Reply(
                     401,
