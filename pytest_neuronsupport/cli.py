@@ -392,54 +392,22 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.dataset.layout import is_hub, is_shared
+    """The store ``--results`` names folds in what sweeps left on their way to it."""
+    from pytest_neuronsupport.dataset.layout import is_shared
+    from pytest_neuronsupport.dataset.results import ResultsError, open_results
 
-    results = str(args.results)
-    if is_hub(results):
-        return _merge_hub(results)
-    if is_shared(results):
-        from pytest_neuronsupport.dataset.shared import SharedResults
-
-        summary = SharedResults(results).merge()
-        for pair, count in summary.written.items():
-            print(f"{results}/data/{pair}: {count} row(s) merged")
-        print(f"{sum(summary.written.values())} row(s) merged; {summary.retried} write(s) retried")
-        for problem in summary.problems:
-            print(f"neuronsupport merge: {problem}", file=sys.stderr)
-        return 1 if summary.problems else 0
-    from pytest_neuronsupport.dataset.merge import merge_journals
-
-    report = merge_journals(_results_dir(args))
-    for path, count in report.written.items():
-        print(f"{path}: {count} row(s) merged")
-    for problem in [*report.problems, *(f"{p}: {why}" for p, why in report.unreadable)]:
+    uri = str(args.results)
+    shared = is_shared(uri)
+    folder = options.shared_copy(options.default_cache(), uri) if shared else _results_dir(args)
+    try:
+        merged = open_results(folder, uri if shared else None).merge()
+    except ResultsError as exc:
+        raise CommandError(str(exc)) from None
+    for line in merged.lines:
+        print(line)
+    for problem in merged.problems:
         print(f"neuronsupport merge: {problem}", file=sys.stderr)
-    return 0 if report.ok else 1
-
-
-def _merge_hub(uri: str) -> int:
-    """The local copy a sweep into ``uri`` left on this machine: its journals merged, then
-    pushed."""
-    from pytest_neuronsupport.dataset.hub import HubDataset, HubError
-    from pytest_neuronsupport.dataset.merge import merge_journals
-
-    folder = options.shared_copy(options.default_cache(), uri)
-    try:
-        dataset = HubDataset(uri)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    if not folder.is_dir():
-        print(f"no local copy of {uri} here ({folder}): nothing to merge")
-        return 0
-    report = merge_journals(folder)
-    for path, count in report.written.items():
-        print(f"{path}: {count} row(s) merged")
-    try:
-        summary = dataset.push(folder)
-    except HubError as exc:
-        raise CommandError(str(exc)) from None
-    print("\n".join(summary.lines()))
-    return 0 if report.ok else 1
+    return 1 if merged.problems else 0
 
 
 def _push(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from pytest_neuronsupport.dataset.schema import Table
 __all__ = [
     "FolderResults",
     "HubResults",
+    "Merged",
     "ObjectStoreResults",
     "Results",
     "ResultsError",
@@ -64,6 +66,33 @@ class Results(Protocol):
     def where(self, name: str) -> str:
         """How people name ``name`` (relative to the store's top): a path, or a URI."""
 
+    def merge(self) -> Merged:
+        """What ``neuronsupport merge`` does: fold into the store the rows that sweeps left
+        on their way to it (a dead sweep's journal, rows shards published)."""
+
+
+@dataclass
+class Merged:
+    """What :meth:`Results.merge` did: lines to print, and the problems met."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def merge_folder(folder: Path) -> Merged:
+    """A results folder's journals merged into its pair files."""
+    from pytest_neuronsupport.dataset.merge import merge_journals
+
+    report = merge_journals(folder)
+    problems = [*report.problems, *(f"{path}: {why}" for path, why in report.unreadable)]
+    if not report.ok and not problems:
+        problems = [
+            f"{path}: kept (some rows could not be merged)" for path in report.journals_kept
+        ]
+    return Merged(
+        [f"{path}: {count} row(s) merged" for path, count in report.written.items()], problems
+    )
+
 
 class FolderResults:
     """A results folder: everything happens in it."""
@@ -86,6 +115,9 @@ class FolderResults:
 
     def where(self, name: str) -> str:
         return str(self.folder / name)
+
+    def merge(self) -> Merged:
+        return merge_folder(self.folder)
 
 
 class ObjectStoreResults:
@@ -140,6 +172,20 @@ class ObjectStoreResults:
     def where(self, name: str) -> str:
         return f"{self.uri.rstrip('/')}/{name}"
 
+    def merge(self) -> Merged:
+        """Every row the shards published, folded into the shared pair files."""
+        try:
+            summary = self.shared.merge()
+        except Exception as exc:  # boto3's and botocore's errors
+            return Merged(problems=[f"merging into {self.uri}: {type(exc).__name__}: {exc}"])
+        lines = [
+            f"{self.where('data')}/{pair}: {n} row(s) merged" for pair, n in summary.written.items()
+        ]
+        lines.append(
+            f"{sum(summary.written.values())} row(s) merged; {summary.retried} write(s) retried"
+        )
+        return Merged(lines, summary.problems)
+
 
 class HubResults:
     """A dataset repo on the Hugging Face Hub (:class:`~pytest_neuronsupport.dataset.hub.
@@ -190,6 +236,20 @@ class HubResults:
 
     def where(self, name: str) -> str:
         return f"{self.uri}/{name}"
+
+    def merge(self) -> Merged:
+        """The local copy a sweep into the repo left on this machine: its journals merged,
+        then pushed."""
+        from pytest_neuronsupport.dataset.hub import HubError
+
+        if not self.folder.is_dir():
+            return Merged([f"no local copy of {self.uri} here ({self.folder}): nothing to merge"])
+        merged = merge_folder(self.folder)
+        try:
+            merged.lines += self.dataset.push(self.folder).lines()
+        except HubError as exc:
+            merged.problems.append(str(exc))
+        return merged
 
 
 def check_folder(folder: Path) -> None:
