@@ -183,14 +183,7 @@ class Bench:
         s, runner, spec = sweep.settings, planned.runner, planned.spec
         assert runner is not None
         params = BenchParams(
-            model_id=spec.id,
-            checkpoint=planned.checkpoint,
-            runner="bench",
-            device=s.device.name,
-            backend=s.backend,
-            dtype=s.dtype,
-            fullgraph=s.device.fullgraph,
-            revision=planned.revision,
+            **sweep.run_fields(spec.id, planned.checkpoint, planned.revision, "bench"),
             kind=config.kind,
             batch=config.batch,
             seq_len=config.seq_len,

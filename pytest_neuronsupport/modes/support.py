@@ -99,15 +99,8 @@ def script_parts(
     assert runner is not None
     judged = judge_needed(runner, planned.cores, sweep.judge)
     params = RunParams(
-        model_id=planned.spec.id,
-        checkpoint=planned.checkpoint,
-        runner=runner.name,
-        device=s.device.name,
-        backend=s.backend,
-        dtype=s.dtype,
-        fullgraph=s.device.fullgraph,
+        **sweep.run_fields(planned.spec.id, planned.checkpoint, planned.revision, runner.name),
         cores=planned.cores,
-        revision=planned.revision,
         prefill_chunk=s.prefill_chunk if runner.generates else None,
         judge=sweep.judge if judged else None,
     )

@@ -170,7 +170,7 @@ class Training:
         (the trials' scripts differ from it only by their mode and batch, and the cap and
         ``max_batch`` are in its ``PARAMS``), keyed by the model and ``seq_len``."""
         spec, seq_len = planned.spec, base["seq_len"]
-        params = train_params(sweep.settings, spec, planned.checkpoint, planned.revision, seq_len)
+        params = train_params(sweep, spec, planned.checkpoint, planned.revision, seq_len)
         folder = layout.train_dir(sweep.settings.results, sweep.pair, spec.id, seq_len)
         started = datetime.now(UTC)
         text = render_script(sweep, params, spec)
@@ -203,17 +203,11 @@ def memory_gb(s: Settings) -> float | None:
 
 
 def train_params(
-    s: Settings, spec: ModelSpec, checkpoint: str, revision: str | None, seq_len: int
+    sweep: Sweep, spec: ModelSpec, checkpoint: str, revision: str | None, seq_len: int
 ) -> TrainParams:
+    s = sweep.settings
     return TrainParams(
-        model_id=spec.id,
-        checkpoint=checkpoint,
-        runner="train",
-        device=s.device.name,
-        backend=s.backend,
-        dtype=s.dtype,
-        fullgraph=s.device.fullgraph,
-        revision=revision,
+        **sweep.run_fields(spec.id, checkpoint, revision, "train"),
         seq_len=seq_len,
         memory_gb=memory_gb(s),
         max_batch=s.train_max_batch,

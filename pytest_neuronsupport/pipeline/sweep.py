@@ -72,6 +72,23 @@ class Sweep:
         """The pair file this sweep writes, relative to each table's folder."""
         return layout.pair_relpath(*self.compiler, LIBRARY, self.library_version)
 
+    def run_fields(
+        self, model_id: str, checkpoint: str, revision: str | None, runner: str
+    ) -> dict[str, Any]:
+        """What every mode's script is told of the model and the stack it runs on (the
+        fields every :class:`~pytest_neuronsupport.pipeline.render.RunParams` has)."""
+        s = self.settings
+        return {
+            "model_id": model_id,
+            "checkpoint": checkpoint,
+            "runner": runner,
+            "device": s.device.name,
+            "backend": s.backend,
+            "dtype": s.dtype,
+            "fullgraph": s.device.fullgraph,
+            "revision": revision,
+        }
+
     def recorded(self, table: Table, key: Any) -> dict[str, Any] | None:
         """The row recorded for ``key`` in this sweep's pair of ``table``."""
         return find_row(self.settings.results, self.pair, key, table)
