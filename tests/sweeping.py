@@ -1,19 +1,32 @@
-"""Running sweeps through pytester and reading back what they wrote (rows, junit)."""
+"""Running sweeps in subprocesses and reading back what they wrote (rows, junit).
+
+A :class:`SweepRunner` works in one folder: a test's pytester folder (the ``sweep`` fixture), or
+a folder of its own that several tests share (the ``sweep_folder`` fixture: a sweep run once,
+in a session- or module-scoped fixture, whose rows each test reads).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow.parquet as pq
 import pytest
 
 HERE = Path(__file__).parent
+#: What tests set (monkeypatch) for their own sweeps: never passed on to a shared folder's.
+TEST_SET = ("NEURONSUPPORT_TEST_MISBEHAVIOUR", "JOB_COMPLETION_INDEX", "HF_ENDPOINT")
 
 
 def toml_list(entries: Iterable[Mapping[str, Any]]) -> str:
@@ -34,48 +47,133 @@ class Sweep:
     rows: dict[str, dict[str, Any]]
     junit: dict[str, dict[str, str]]
     testcases: dict[str, ET.Element]
+    #: The runner it ran in (its folder, its results).
+    runner: SweepRunner | None = None
 
     def row(self, model_id: str) -> dict[str, Any]:
         return self.rows[model_id]
 
+    def outcome(self, model_id: str) -> str:
+        """The model's test outcome as junit says it: passed, failed, skipped or error (an
+        xfail is a skip there, an xpass a pass): what ``assert_outcomes`` counts, for one
+        model of a sweep shared by several tests."""
+        case = self.testcases[model_id]
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                return {"failure": "failed"}.get(tag, tag)
+        return "passed"
+
+
+class PendingSweep:
+    """A sweep started in the background: :meth:`wait` for its :class:`Sweep`."""
+
+    def __init__(self, runner: SweepRunner, proc: subprocess.Popen[bytes], files: list[IO[bytes]]):
+        self.runner, self.proc, self.files = runner, proc, files
+        self.started = time.monotonic()
+
+    def stop(self) -> None:
+        """Kill the sweep and all it started, unless it has ended (or been waited for)."""
+        if self.runner.pending is self:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.wait()
+
+    def wait(self, timeout: float | None = None) -> Sweep:
+        try:
+            ret = self.proc.wait(timeout=timeout)
+        finally:
+            for f in self.files:
+                f.close()
+            self.runner.pending = None
+        out, err = (Path(f.name).read_text(encoding="utf-8", errors="replace") for f in self.files)
+        result = pytest.RunResult(
+            ret, out.splitlines(), err.splitlines(), time.monotonic() - self.started
+        )
+        return Sweep(result, self.runner.read_rows(), *self.runner.read_junit(), self.runner)
+
 
 class SweepRunner:
-    """Runs ``pytest --neuron-sweep`` in a pytester folder with the shared zoo cache."""
+    """Runs ``pytest --neuron-sweep`` in a subprocess, in one folder, with the shared zoo.
 
-    def __init__(self, pytester: pytest.Pytester, cache: Path) -> None:
+    ``pytester``: the folder is a test's pytester folder (kept for the tests that write files
+    there through it). ``env``: set for every sweep of this runner, over the environment at
+    the time the sweep starts (a test's ``monkeypatch`` changes count).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        cache: Path,
+        *,
+        pytester: pytest.Pytester | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.path = path
         self.pytester = pytester
-        # Each test has its cache (CPU references) and core leases but shares the built zoo:
-        # the leases of one test's sweeps must not wait for another test's, running in parallel.
-        self.cache = pytester.path / "cache"
+        self.env = dict(env or {})
+        self.pending: PendingSweep | None = None
+        self.runs = 0
+        # Each folder has its cache (CPU references) and core leases but shares the built zoo:
+        # the leases of one folder's sweeps must not wait for another's, running in parallel.
+        self.cache = path / "cache"
         self.cache.mkdir()
         (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
-        # an ini file makes the pytester folder the rootdir, and sets the cache through its key
-        pytester.makeini(
-            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n"
+        # an ini file makes the folder the rootdir, and sets the cache through its key
+        (path / "tox.ini").write_text(
+            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n",
+            encoding="utf-8",
         )
-        shutil.copy(HERE / "backends_for_tests.py", pytester.path / "backends_for_tests.py")
+        shutil.copy(HERE / "backends_for_tests.py", path / "backends_for_tests.py")
 
     @property
     def results(self) -> Path:
-        return self.pytester.path / "results"
+        return self.path / "results"
+
+    def makeconftest(self, source: str) -> Path:
+        path = self.path / "conftest.py"
+        path.write_text(textwrap.dedent(source).strip() + "\n", encoding="utf-8")
+        return path
 
     def write_list(self, entries: Iterable[Mapping[str, Any]], name: str = "models.toml") -> Path:
-        path = self.pytester.path / name
+        path = self.path / name
         path.write_text(toml_list(entries), encoding="utf-8")
         return path
 
-    def run(
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What a sweep's process gets, as pytester's subprocess would: the folder first on
+        the path, no outer pytest options, no colours, this folder as HOME."""
+        outer = dict(os.environ)
+        if self.pytester is None:  # shared: what one test set for its own sweeps is not here
+            for name in TEST_SET:
+                outer.pop(name, None)
+        merged = {**outer, "PY_COLORS": "0", "HOME": str(self.path), **self.env}
+        merged.update(env or {})
+        merged.pop("PYTEST_ADDOPTS", None)
+        merged["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(self.path), merged.get("PYTHONPATH", "")])
+        )
+        return merged
+
+    def start(
         self,
         *models: str | Mapping[str, Any],
         backend: str = "aot_eager",
         args: Iterable[str] = (),
         list_name: str = "models.toml",
-    ) -> Sweep:
+        env: Mapping[str, str] | None = None,
+    ) -> PendingSweep:
+        """Start a sweep of ``models`` and return at once (one sweep at a time per folder)."""
+        assert self.pending is None, "one sweep at a time in a folder"
         entries = [{"id": m} if isinstance(m, str) else m for m in models]
         path = self.write_list(entries, list_name)
+        self.runs += 1
+        basetemp = self.path / f"runpytest-{self.runs}"
         # a subprocess: an in-process run would drop the modules it imported (transformers',
         # the plugin's) from sys.modules when it ends, splitting classes between two copies
-        result = self.pytester.runpytest_subprocess(
+        command = [
+            sys.executable,
+            "-mpytest",
+            f"--basetemp={basetemp}",
             "--neuron-sweep",
             "--neuron-models",
             str(path),
@@ -87,8 +185,32 @@ class SweepRunner:
             "no:cacheprovider",
             "-rA",
             *args,
+        ]
+        (self.path / "junit.xml").unlink(missing_ok=True)
+        files: list[IO[bytes]] = [
+            (self.path / f"sweep-{self.runs}.{s}").open("wb") for s in ("out", "err")
+        ]
+        proc = subprocess.Popen(
+            command,
+            cwd=self.path,
+            env=self.environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=files[0],
+            stderr=files[1],
+            start_new_session=True,  # so that stop() can kill what it started
         )
-        return Sweep(result, self.read_rows(), *self.read_junit())
+        self.pending = PendingSweep(self, proc, files)
+        return self.pending
+
+    def run(
+        self,
+        *models: str | Mapping[str, Any],
+        backend: str = "aot_eager",
+        args: Iterable[str] = (),
+        list_name: str = "models.toml",
+        env: Mapping[str, str] | None = None,
+    ) -> Sweep:
+        return self.start(*models, backend=backend, args=args, list_name=list_name, env=env).wait()
 
     def read_rows(self) -> dict[str, dict[str, Any]]:
         """The rows of the pair written last (a sweep writes one pair), by model id."""
@@ -105,7 +227,7 @@ class SweepRunner:
         return rows
 
     def read_junit(self) -> tuple[dict[str, dict[str, str]], dict[str, ET.Element]]:
-        path = self.pytester.path / "junit.xml"
+        path = self.path / "junit.xml"
         props: dict[str, dict[str, str]] = {}
         cases: dict[str, ET.Element] = {}
         if not path.exists():
