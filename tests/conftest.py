@@ -46,6 +46,7 @@ def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parquet = io.BytesIO()
     pd.DataFrame({"a": [1]}).to_parquet(parquet)
     pd.read_parquet(parquet)
+    import_the_plugin()
 
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -55,6 +56,26 @@ def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in zoo.names():
         zoo.ensure_built(name, cache)
     return cache
+
+
+def import_the_plugin() -> None:
+    """Every module of the plugin, imported now: the sweeps run in this process
+    (tests/sweeping.py) would otherwise import some inside a pytester test, which forgets them
+    when it ends, and the next import would make a second copy of their classes. (The
+    run-side library, ``runners/lib``, is copied into each run.py and never imported here.)
+    So with what the tests' own backends, judges and modes import (torch's inductor: a second
+    copy registers its artifacts again, and raises), the sweeps import them by name."""
+    import importlib
+    import pkgutil
+
+    import pytest_neuronsupport
+    import tests.backends_for_tests
+    import tests.judges_for_tests
+    import tests.modes_for_tests  # noqa: F401
+
+    for module in pkgutil.walk_packages(pytest_neuronsupport.__path__, "pytest_neuronsupport."):
+        if ".runners.lib" not in module.name and not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
 
 
 @pytest.fixture

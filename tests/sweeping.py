@@ -7,6 +7,8 @@ in a session- or module-scoped fixture, whose rows each test reads).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -16,7 +18,7 @@ import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -154,26 +156,20 @@ class SweepRunner:
         )
         return merged
 
-    def start(
+    def command(
         self,
-        *models: str | Mapping[str, Any],
-        backend: str = "aot_eager",
-        args: Iterable[str] = (),
-        list_name: str = "models.toml",
-        env: Mapping[str, str] | None = None,
-    ) -> PendingSweep:
-        """Start a sweep of ``models`` and return at once (one sweep at a time per folder)."""
-        assert self.pending is None, "one sweep at a time in a folder"
+        models: Iterable[str | Mapping[str, Any]],
+        backend: str,
+        args: Iterable[str],
+        list_name: str,
+    ) -> list[str]:
+        """The sweep's pytest arguments (the list written, junit at the folder's root)."""
         entries = [{"id": m} if isinstance(m, str) else m for m in models]
         path = self.write_list(entries, list_name)
         self.runs += 1
-        basetemp = self.path / f"runpytest-{self.runs}"
-        # a subprocess: an in-process run would drop the modules it imported (transformers',
-        # the plugin's) from sys.modules when it ends, splitting classes between two copies
-        command = [
-            sys.executable,
-            "-mpytest",
-            f"--basetemp={basetemp}",
+        (self.path / "junit.xml").unlink(missing_ok=True)
+        return [
+            f"--basetemp={self.path / f'runpytest-{self.runs}'}",
             "--neuron-sweep",
             "--neuron-models",
             str(path),
@@ -186,7 +182,19 @@ class SweepRunner:
             "-rA",
             *args,
         ]
-        (self.path / "junit.xml").unlink(missing_ok=True)
+
+    def start(
+        self,
+        *models: str | Mapping[str, Any],
+        backend: str = "aot_eager",
+        args: Iterable[str] = (),
+        list_name: str = "models.toml",
+        env: Mapping[str, str] | None = None,
+    ) -> PendingSweep:
+        """Start a sweep of ``models`` in a subprocess and return at once (one sweep at a time
+        per folder)."""
+        assert self.pending is None, "one sweep at a time in a folder"
+        command = [sys.executable, "-mpytest", *self.command(models, backend, args, list_name)]
         files: list[IO[bytes]] = [
             (self.path / f"sweep-{self.runs}.{s}").open("wb") for s in ("out", "err")
         ]
@@ -209,8 +217,33 @@ class SweepRunner:
         args: Iterable[str] = (),
         list_name: str = "models.toml",
         env: Mapping[str, str] | None = None,
+        isolated: bool = False,
     ) -> Sweep:
-        return self.start(*models, backend=backend, args=args, list_name=list_name, env=env).wait()
+        """Sweep ``models`` and wait for it: in this process (the worker's torch,
+        transformers and fork server are warm: seconds saved per sweep), or in a subprocess
+        when ``isolated``, under xdist (``-n``), or when the sweep's environment changes what
+        a library read at import (``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``)."""
+        args = list(args)
+        environment = self.environment(env)
+        if (
+            isolated
+            or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+            or (changes_imported(environment))
+        ):
+            return self.start(
+                *models, backend=backend, args=args, list_name=list_name, env=env
+            ).wait()
+        command = self.command(models, backend, args, list_name)
+        started = time.monotonic()
+        with in_this_process(self.path, environment) as (out, err):
+            ret = pytest.main(command)
+        result = pytest.RunResult(
+            int(ret),
+            out.getvalue().splitlines(),
+            err.getvalue().splitlines(),
+            time.monotonic() - started,
+        )
+        return Sweep(result, self.read_rows(), *self.read_junit(), self)
 
     def read_rows(self) -> dict[str, dict[str, Any]]:
         """The rows of the pair written last (a sweep writes one pair), by model id."""
@@ -238,3 +271,49 @@ class SweepRunner:
             props[key] = values
             cases[key] = case
         return props, cases
+
+
+#: Environment variables a library reads once, at import: a sweep that changes one runs in a
+#: subprocess, where the change is seen.
+READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_")
+
+
+def changes_imported(environment: Mapping[str, str]) -> bool:
+    names = {*environment, *os.environ}
+    return any(
+        environment.get(name) != os.environ.get(name)
+        for name in names
+        if name.startswith(READ_AT_IMPORT)
+    )
+
+
+@contextlib.contextmanager
+def in_this_process(
+    folder: Path, environment: Mapping[str, str]
+) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """Run a sweep in this process as its subprocess would run: in ``folder``, with
+    ``environment`` (its ``PYTHONPATH`` first on ``sys.path``), its output captured; then
+    everything put back, and the modules imported from ``folder`` (its conftest, the test
+    backends) forgotten, so that the next folder's are imported afresh. Nothing else is
+    dropped: the plugin, torch and transformers stay the worker's (imported by conftest.py
+    first), one copy of each class."""
+    saved_environ, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(environment)
+    extra = [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
+    finally:
+        os.chdir(saved_cwd)
+        sys.path[:] = saved_path
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        root = str(folder.resolve())
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None) or ""
+            if path and os.path.realpath(path).startswith(root + os.sep):
+                del sys.modules[name]
