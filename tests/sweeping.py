@@ -278,10 +278,14 @@ class SweepRunner:
 READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_")
 
 
+#: The environment as the libraries read it, at import (before any test's monkeypatch).
+IMPORTED_WITH = dict(os.environ)
+
+
 def changes_imported(environment: Mapping[str, str]) -> bool:
-    names = {*environment, *os.environ}
+    names = {*environment, *IMPORTED_WITH}
     return any(
-        environment.get(name) != os.environ.get(name)
+        environment.get(name) != IMPORTED_WITH.get(name)
         for name in names
         if name.startswith(READ_AT_IMPORT)
     )
