@@ -1,13 +1,27 @@
-"""Fixtures for the plugin's tests: a shared zoo cache, and sweeps run through pytester."""
+"""Fixtures for the plugin's tests: a shared zoo cache, sweeps (one test's, in its pytester
+folder, or shared by several tests), and the order tests are handed to xdist workers in."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from pytest_neuronsupport import zoo
+from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of several files read)
+    failing_backend_sweep,
+    perturbed_sweep,
+    plain_sweep,
+    reruns,
+    timeouts,
+    tiny_sweep,
+    two_core_llama,
+)
 from tests.sweeping import SweepRunner
 
 
@@ -20,8 +34,19 @@ def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ends (pytester restores its snapshot), and a second import of torch.distributed's
     functional collectives registers their operators again (a warning, then a RuntimeError).
     A worker whose zoo another worker built would otherwise import them first in such a test.
+    So with pandas' arrow extension types, registered with pyarrow by pandas' first read of a
+    parquet file: registered again, they raise ``ArrowKeyError`` (tests read the dataset
+    with ``pd.read_parquet``, some inside a pytester test).
     """
+    import io
+
+    import pandas as pd
     import transformers.modeling_utils  # noqa: F401  (torch, torch.distributed.tensor)
+
+    parquet = io.BytesIO()
+    pd.DataFrame({"a": [1]}).to_parquet(parquet)
+    pd.read_parquet(parquet)
+    import_the_plugin()
 
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -33,9 +58,153 @@ def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+def import_the_plugin() -> None:
+    """Every module of the plugin, imported now: the sweeps run in this process
+    (tests/sweeping.py) would otherwise import some inside a pytester test, which forgets them
+    when it ends, and the next import would make a second copy of their classes. (The
+    run-side library, ``runners/lib``, is copied into each run.py and never imported here.)
+    So with what the tests' own backends, judges and modes import (torch's inductor: a second
+    copy registers its artifacts again, and raises), the sweeps import them by name."""
+    import importlib
+    import pkgutil
+
+    import pytest_neuronsupport
+    import tests.backends_for_tests
+    import tests.judges_for_tests
+    import tests.modes_for_tests  # noqa: F401
+
+    for module in pkgutil.walk_packages(pytest_neuronsupport.__path__, "pytest_neuronsupport."):
+        if ".runners.lib" not in module.name and not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+
+
 @pytest.fixture
 def sweep(
     pytester: pytest.Pytester, zoo_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> SweepRunner:
+    """One test's sweeps, in its pytester folder."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return SweepRunner(pytester, zoo_cache)
+    return SweepRunner(pytester.path, zoo_cache, pytester=pytester)
+
+
+@pytest.fixture(scope="session")
+def sweep_folder(
+    tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path
+) -> Callable[..., SweepRunner]:
+    """A runner in a new folder of its own, for a sweep that several tests read: made in a
+    session-scoped fixture, whose tests share an ``xdist_group`` so that one worker runs it."""
+
+    def folder(name: str, **env: str) -> SweepRunner:
+        path = tmp_path_factory.mktemp(name)
+        return SweepRunner(path, zoo_cache, env={"HF_HUB_OFFLINE": "1", **env})
+
+    return folder
+
+
+#: The slow tests' xdist groups and tests (by function), heaviest first (CPU-seconds
+#: measured, on the right): handed to the workers in this order (see :class:`GroupScheduling`),
+#: then the other slow tests, then the fast ones, so that no long test is left alone at the end.
+HEAVIEST_FIRST = (
+    "support",  # 430: the tiny list under xdist, the sweeps waiting for timeouts, the fleet
+    "train-search",  # 155
+    "test_a_sweep_held_against_its_baseline_names_regressions_and_improvements",  # 90
+    "reruns",  # 75
+    "two-core-llama",  # 75
+    "test_several_cores_are_judged_by_the_english_judge",  # 2 x 52
+    "test_a_zoo_model_can_judge_and_its_word_is_the_verdict",  # 52
+    "test_twice_the_cap_does_not_find_a_smaller_batch",  # 52
+    "test_the_default_judge_comes_from_the_hub_pinned",  # 50
+    "test_a_miscompiled_op_gives_an_output_failure_whose_repro_shows_the_mismatch",  # 48
+    "test_a_hook_adds_a_runner_whose_run_py_stands_alone",  # 47
+    "test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions",  # 47
+    "raising",  # 62
+    "perturbed",  # 56
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("neuron_sweep", False):
+        return  # a sweep run from the repository: its order is the plugin's
+
+    def rank(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        names = {getattr(item, "originalname", item.name)}
+        if marker is not None:
+            names.add(marker.args[0] if marker.args else marker.kwargs.get("name", ""))
+        for index, name in enumerate(HEAVIEST_FIRST):
+            if name in names:
+                return index
+        return len(HEAVIEST_FIRST) + (item.get_closest_marker("slow") is None)
+
+    # stable: in each rank, the collection's order, but the tests waiting for the ``timeouts``
+    # sweeps last (they started in the background with the first sweep of their group)
+    items.sort(key=lambda item: (rank(item), "timeouts" in getattr(item, "fixturenames", ())))
+
+
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """xdist's ``loadgroup`` as its documentation says it: the tests of one ``xdist_group``
+    (those sharing a session-scoped sweep) on one worker, each other test on its own; and the
+    work handed out in the collection's order (which puts the heaviest first), not by group
+    size. (xdist's own ``loadgroup`` names the group in each test's node id, which pytest 9
+    no longer lets it change: its groups are split.) The workers write down each grouped
+    test's group (``pytest_collection_finish``), in the file ``GROUPS`` names."""
+
+    def __init__(self, config: pytest.Config, log: Any, groups: Path) -> None:
+        super().__init__(config, log)
+        self.groups_path = groups
+        self.groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self.groups is None:  # the workers have all collected: the file is written
+            path = self.groups_path
+            self.groups = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        return self.groups.get(nodeid, nodeid)
+
+    def schedule(self) -> None:
+        self.config.option.loadscopereorder = False
+        super().schedule()
+
+
+#: The key of ``workerinput`` naming the file of the tests' groups.
+GROUPS = "neuronsupport_tests_groups"
+
+
+def not_a_sweep(config: pytest.Config) -> bool:
+    """Not a sweep run from the repository (README): this file is loaded then too, and how a
+    sweep's models are spread over workers is the plugin's concern."""
+    return not config.getoption("neuron_sweep", False)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (``--dist load``, its default): :class:`GroupScheduling`."""
+    if config.getoption("dist") != "load" or not not_a_sweep(config):
+        return None
+    return GroupScheduling(config, log, groups_file(config))
+
+
+def groups_file(config: pytest.Config) -> Path:
+    basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return Path(basetemp) / "xdist-groups.json"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Each worker writes the tests' groups where the controller's scheduler reads them."""
+    if not_a_sweep(node.config):
+        node.workerinput[GROUPS] = str(groups_file(node.config))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the worker reports its collection
+def pytest_collection_finish(session: pytest.Session) -> None:
+    path = getattr(session.config, "workerinput", {}).get(GROUPS)
+    if path is None:
+        return
+    groups = {}
+    for item in session.items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
+            groups[item.nodeid] = str(marker.args[0] if marker.args else marker.kwargs["name"])
+    written = Path(f"{path}.{os.getpid()}")
+    written.write_text(json.dumps(groups), encoding="utf-8")
+    os.replace(written, path)  # each worker writes the same: the last one's is whole

@@ -1,19 +1,34 @@
-"""Running sweeps through pytester and reading back what they wrote (rows, junit)."""
+"""Running sweeps in subprocesses and reading back what they wrote (rows, junit).
+
+A :class:`SweepRunner` works in one folder: a test's pytester folder (the ``sweep`` fixture), or
+a folder of its own that several tests share (the ``sweep_folder`` fixture: a sweep run once,
+in a session- or module-scoped fixture, whose rows each test reads).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow.parquet as pq
 import pytest
 
 HERE = Path(__file__).parent
+#: What tests set (monkeypatch) for their own sweeps: never passed on to a shared folder's.
+TEST_SET = ("NEURONSUPPORT_TEST_MISBEHAVIOUR", "JOB_COMPLETION_INDEX", "HF_ENDPOINT")
 
 
 def toml_list(entries: Iterable[Mapping[str, Any]]) -> str:
@@ -34,48 +49,127 @@ class Sweep:
     rows: dict[str, dict[str, Any]]
     junit: dict[str, dict[str, str]]
     testcases: dict[str, ET.Element]
+    #: The runner it ran in (its folder, its results).
+    runner: SweepRunner | None = None
 
     def row(self, model_id: str) -> dict[str, Any]:
         return self.rows[model_id]
 
+    def outcome(self, model_id: str) -> str:
+        """The model's test outcome as junit says it: passed, failed, skipped or error (an
+        xfail is a skip there, an xpass a pass): what ``assert_outcomes`` counts, for one
+        model of a sweep shared by several tests."""
+        case = self.testcases[model_id]
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                return {"failure": "failed"}.get(tag, tag)
+        return "passed"
+
+
+class PendingSweep:
+    """A sweep started in the background: :meth:`wait` for its :class:`Sweep`."""
+
+    def __init__(self, runner: SweepRunner, proc: subprocess.Popen[bytes], files: list[IO[bytes]]):
+        self.runner, self.proc, self.files = runner, proc, files
+        self.started = time.monotonic()
+
+    def stop(self) -> None:
+        """Kill the sweep and all it started, unless it has ended (or been waited for)."""
+        if self.runner.pending is self:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.wait()
+
+    def wait(self, timeout: float | None = None) -> Sweep:
+        try:
+            ret = self.proc.wait(timeout=timeout)
+        finally:
+            for f in self.files:
+                f.close()
+            self.runner.pending = None
+        out, err = (Path(f.name).read_text(encoding="utf-8", errors="replace") for f in self.files)
+        result = pytest.RunResult(
+            ret, out.splitlines(), err.splitlines(), time.monotonic() - self.started
+        )
+        return Sweep(result, self.runner.read_rows(), *self.runner.read_junit(), self.runner)
+
 
 class SweepRunner:
-    """Runs ``pytest --neuron-sweep`` in a pytester folder with the shared zoo cache."""
+    """Runs ``pytest --neuron-sweep`` in a subprocess, in one folder, with the shared zoo.
 
-    def __init__(self, pytester: pytest.Pytester, cache: Path) -> None:
+    ``pytester``: the folder is a test's pytester folder (kept for the tests that write files
+    there through it). ``env``: set for every sweep of this runner, over the environment at
+    the time the sweep starts (a test's ``monkeypatch`` changes count).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        cache: Path,
+        *,
+        pytester: pytest.Pytester | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.path = path
         self.pytester = pytester
-        # Each test has its cache (CPU references) and core leases but shares the built zoo:
-        # the leases of one test's sweeps must not wait for another test's, running in parallel.
-        self.cache = pytester.path / "cache"
+        self.env = dict(env or {})
+        self.pending: PendingSweep | None = None
+        self.runs = 0
+        # Each folder has its cache (CPU references) and core leases but shares the built zoo:
+        # the leases of one folder's sweeps must not wait for another's, running in parallel.
+        self.cache = path / "cache"
         self.cache.mkdir()
         (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
-        # an ini file makes the pytester folder the rootdir, and sets the cache through its key
-        pytester.makeini(
-            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n"
+        # an ini file makes the folder the rootdir, and sets the cache through its key
+        (path / "tox.ini").write_text(
+            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n",
+            encoding="utf-8",
         )
-        shutil.copy(HERE / "backends_for_tests.py", pytester.path / "backends_for_tests.py")
+        shutil.copy(HERE / "backends_for_tests.py", path / "backends_for_tests.py")
 
     @property
     def results(self) -> Path:
-        return self.pytester.path / "results"
+        return self.path / "results"
+
+    def makeconftest(self, source: str) -> Path:
+        path = self.path / "conftest.py"
+        path.write_text(textwrap.dedent(source).strip() + "\n", encoding="utf-8")
+        return path
 
     def write_list(self, entries: Iterable[Mapping[str, Any]], name: str = "models.toml") -> Path:
-        path = self.pytester.path / name
+        path = self.path / name
         path.write_text(toml_list(entries), encoding="utf-8")
         return path
 
-    def run(
+    def environment(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """What a sweep's process gets, as pytester's subprocess would: the folder first on
+        the path, no outer pytest options, no colours, this folder as HOME."""
+        outer = dict(os.environ)
+        if self.pytester is None:  # shared: what one test set for its own sweeps is not here
+            for name in TEST_SET:
+                outer.pop(name, None)
+        merged = {**outer, "PY_COLORS": "0", "HOME": str(self.path), **self.env}
+        merged.update(env or {})
+        merged.pop("PYTEST_ADDOPTS", None)
+        merged["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(self.path), merged.get("PYTHONPATH", "")])
+        )
+        return merged
+
+    def command(
         self,
-        *models: str | Mapping[str, Any],
-        backend: str = "aot_eager",
-        args: Iterable[str] = (),
-        list_name: str = "models.toml",
-    ) -> Sweep:
+        models: Iterable[str | Mapping[str, Any]],
+        backend: str,
+        args: Iterable[str],
+        list_name: str,
+    ) -> list[str]:
+        """The sweep's pytest arguments (the list written, junit at the folder's root)."""
         entries = [{"id": m} if isinstance(m, str) else m for m in models]
         path = self.write_list(entries, list_name)
-        # a subprocess: an in-process run would drop the modules it imported (transformers',
-        # the plugin's) from sys.modules when it ends, splitting classes between two copies
-        result = self.pytester.runpytest_subprocess(
+        self.runs += 1
+        (self.path / "junit.xml").unlink(missing_ok=True)
+        return [
+            f"--basetemp={self.path / f'runpytest-{self.runs}'}",
             "--neuron-sweep",
             "--neuron-models",
             str(path),
@@ -87,8 +181,69 @@ class SweepRunner:
             "no:cacheprovider",
             "-rA",
             *args,
+        ]
+
+    def start(
+        self,
+        *models: str | Mapping[str, Any],
+        backend: str = "aot_eager",
+        args: Iterable[str] = (),
+        list_name: str = "models.toml",
+        env: Mapping[str, str] | None = None,
+    ) -> PendingSweep:
+        """Start a sweep of ``models`` in a subprocess and return at once (one sweep at a time
+        per folder)."""
+        assert self.pending is None, "one sweep at a time in a folder"
+        command = [sys.executable, "-mpytest", *self.command(models, backend, args, list_name)]
+        files: list[IO[bytes]] = [
+            (self.path / f"sweep-{self.runs}.{s}").open("wb") for s in ("out", "err")
+        ]
+        proc = subprocess.Popen(
+            command,
+            cwd=self.path,
+            env=self.environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=files[0],
+            stderr=files[1],
+            start_new_session=True,  # so that stop() can kill what it started
         )
-        return Sweep(result, self.read_rows(), *self.read_junit())
+        self.pending = PendingSweep(self, proc, files)
+        return self.pending
+
+    def run(
+        self,
+        *models: str | Mapping[str, Any],
+        backend: str = "aot_eager",
+        args: Iterable[str] = (),
+        list_name: str = "models.toml",
+        env: Mapping[str, str] | None = None,
+        isolated: bool = False,
+    ) -> Sweep:
+        """Sweep ``models`` and wait for it: in this process (the worker's torch,
+        transformers and fork server are warm: seconds saved per sweep), or in a subprocess
+        when ``isolated``, under xdist (``-n``), or when the sweep's environment changes what
+        a library read at import (``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``)."""
+        args = list(args)
+        environment = self.environment(env)
+        if (
+            isolated
+            or any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+            or (changes_imported(environment))
+        ):
+            return self.start(
+                *models, backend=backend, args=args, list_name=list_name, env=env
+            ).wait()
+        command = self.command(models, backend, args, list_name)
+        started = time.monotonic()
+        with in_this_process(self.path, environment) as (out, err):
+            ret = pytest.main(command)
+        result = pytest.RunResult(
+            int(ret),
+            out.getvalue().splitlines(),
+            err.getvalue().splitlines(),
+            time.monotonic() - started,
+        )
+        return Sweep(result, self.read_rows(), *self.read_junit(), self)
 
     def read_rows(self) -> dict[str, dict[str, Any]]:
         """The rows of the pair written last (a sweep writes one pair), by model id."""
@@ -105,7 +260,7 @@ class SweepRunner:
         return rows
 
     def read_junit(self) -> tuple[dict[str, dict[str, str]], dict[str, ET.Element]]:
-        path = self.pytester.path / "junit.xml"
+        path = self.path / "junit.xml"
         props: dict[str, dict[str, str]] = {}
         cases: dict[str, ET.Element] = {}
         if not path.exists():
@@ -116,3 +271,53 @@ class SweepRunner:
             props[key] = values
             cases[key] = case
         return props, cases
+
+
+#: Environment variables a library reads once, at import: a sweep that changes one runs in a
+#: subprocess, where the change is seen.
+READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_")
+
+
+#: The environment as the libraries read it, at import (before any test's monkeypatch).
+IMPORTED_WITH = dict(os.environ)
+
+
+def changes_imported(environment: Mapping[str, str]) -> bool:
+    names = {*environment, *IMPORTED_WITH}
+    return any(
+        environment.get(name) != IMPORTED_WITH.get(name)
+        for name in names
+        if name.startswith(READ_AT_IMPORT)
+    )
+
+
+@contextlib.contextmanager
+def in_this_process(
+    folder: Path, environment: Mapping[str, str]
+) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """Run a sweep in this process as its subprocess would run: in ``folder``, with
+    ``environment`` (its ``PYTHONPATH`` first on ``sys.path``), its output captured; then
+    everything put back, and the modules imported from ``folder`` (its conftest, the test
+    backends) forgotten, so that the next folder's are imported afresh. Nothing else is
+    dropped: the plugin, torch and transformers stay the worker's (imported by conftest.py
+    first), one copy of each class."""
+    saved_environ, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(environment)
+    extra = [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
+    finally:
+        os.chdir(saved_cwd)
+        sys.path[:] = saved_path
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        root = str(folder.resolve())
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None) or ""
+            if path and os.path.realpath(path).startswith(root + os.sep):
+                del sys.modules[name]

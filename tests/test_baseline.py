@@ -262,7 +262,7 @@ def test_a_sweep_held_against_its_baseline_names_regressions_and_improvements(
     monkeypatch.setenv("NEURONSUPPORT_TEST_MISBEHAVIOUR", "zoo:bert-mlm=raise")
     first = sweep.run("zoo:gpt2", "zoo:bert-mlm", backend=MISBEHAVING)
     assert first.row("zoo:bert-mlm")["result"] == "FAIL(forward)"
-    expected = sweep.pytester.path / "expected.toml"
+    expected = sweep.path / "expected.toml"
     update = neuronsupport(
         "baseline",
         "update",
@@ -270,7 +270,7 @@ def test_a_sweep_held_against_its_baseline_names_regressions_and_improvements(
         str(sweep.results),
         "--out",
         str(expected),
-        cwd=sweep.pytester.path,
+        cwd=sweep.path,
     )
     assert update.returncode == 0, update.stderr
     held = ["--neuron-baseline", str(expected), "--neuron-rerun"]
@@ -301,7 +301,7 @@ def test_a_sweep_held_against_its_baseline_names_regressions_and_improvements(
         ["*[[]XPASS(strict)[]] improvement: PASS, the baseline expects FAIL(forward)*"]
     )
     assert changed.junit["zoo:gpt2"]["baseline"] == "regression"
-    suite = ET.parse(sweep.pytester.path / "junit.xml").getroot().find("testsuite")
+    suite = ET.parse(sweep.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     globals_ = {
         p.get("name"): p.get("value")

@@ -27,7 +27,7 @@ ADD_A_COLUMN = """
 
 
 def test_a_hook_adds_columns_to_the_parquet_file_and_the_junit(sweep: SweepRunner) -> None:
-    sweep.pytester.makeconftest(textwrap.dedent(ADD_A_COLUMN))
+    sweep.makeconftest(textwrap.dedent(ADD_A_COLUMN))
     done = sweep.run({"id": "zoo:llama", "task": "text-generation"}, "zoo:bert")
     done.result.assert_outcomes(passed=2)
     llama = done.row("zoo:llama")
@@ -41,7 +41,7 @@ def test_a_hook_adds_columns_to_the_parquet_file_and_the_junit(sweep: SweepRunne
 def test_a_hook_that_breaks_the_row_costs_the_model_nothing_but_its_verdict(
     sweep: SweepRunner,
 ) -> None:
-    sweep.pytester.makeconftest(
+    sweep.makeconftest(
         "def pytest_neuronsupport_row(row, spec, config):\n    row['bad column!'] = [1, 2]\n"
     )
     done = sweep.run("zoo:bert")
@@ -62,7 +62,7 @@ TURN_A_VERDICT = """
 
 
 def test_a_hook_turns_verdicts_and_the_test_follows(sweep: SweepRunner) -> None:
-    sweep.pytester.makeconftest(textwrap.dedent(TURN_A_VERDICT))
+    sweep.makeconftest(textwrap.dedent(TURN_A_VERDICT))
     done = sweep.run(
         "zoo:bert",
         "zoo:gpt2",
@@ -134,8 +134,8 @@ ADD_A_RUNNER = """
 
 
 def test_a_hook_adds_a_runner_whose_run_py_stands_alone(sweep: SweepRunner, tmp_path: Path) -> None:
-    (sweep.pytester.path / "next_token_runner.py").write_text(RUNNER_MODULE)
-    sweep.pytester.makeconftest(textwrap.dedent(ADD_A_RUNNER))
+    (sweep.path / "next_token_runner.py").write_text(RUNNER_MODULE)
+    sweep.makeconftest(textwrap.dedent(ADD_A_RUNNER))
     done = sweep.run(
         "zoo:llama",  # inferred: its architecture is the new runner's, the longest suffix
         {"id": "zoo:qwen3", "runner": "next_token"},  # named
@@ -162,8 +162,8 @@ def test_a_hook_adds_a_runner_whose_run_py_stands_alone(sweep: SweepRunner, tmp_
 
 
 def test_an_unknown_runner_name_in_a_list_names_the_known_ones(sweep: SweepRunner) -> None:
-    sweep.pytester.makeconftest(textwrap.dedent(ADD_A_RUNNER))
-    (sweep.pytester.path / "next_token_runner.py").write_text(RUNNER_MODULE)
+    sweep.makeconftest(textwrap.dedent(ADD_A_RUNNER))
+    (sweep.path / "next_token_runner.py").write_text(RUNNER_MODULE)
     done = sweep.run({"id": "zoo:llama", "runner": "nope"})
     done.result.stdout.fnmatch_lines(["*unknown runner 'nope' (known: *next_token)*"])
 

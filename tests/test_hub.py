@@ -189,9 +189,9 @@ def test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions(
     )
     # the first download of the weights is cut mid-file: the client's retry must mend it
     hub.interrupt("org/llama", "model.safetensors", after_bytes=1000)
-    listed = select("--out", "models.toml", "--top", "5", cwd=sweep.pytester.path)
+    listed = select("--out", "models.toml", "--top", "5", cwd=sweep.path)
     assert listed.returncode == 0, listed.stderr
-    path = sweep.pytester.path / "models.toml"
+    path = sweep.path / "models.toml"
     done = sweep.run(*list_entries(path), args=["--neuron-limit", "2", "--neuron-judge", "none"])
     # --neuron-limit 2 runs two; the excluded entry costs nothing and is recorded all the same
     done.result.assert_outcomes(passed=2, skipped=1)
@@ -254,7 +254,7 @@ def test_the_default_judge_comes_from_the_hub_pinned(
 ) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     repo_id, revision = DEFAULT_JUDGE.split("@")
-    judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.pytester.path, "Yes")
+    judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.path, "Yes")
     assert minihub.add_model(repo_id, judge, pipeline_tag="text-generation", sha=revision)
     minihub.add_commit(repo_id, files={"README.md": b"a later commit the sweep must not use"})
     done = sweep.run({"id": "zoo:llama-2core", "cores": 2})

@@ -175,8 +175,8 @@ def test_a_users_mode_sweeps_into_its_own_table(sweep: SweepRunner) -> None:
     """The mode of tests/modes_for_tests.py, registered from a conftest: its rows go to
     ``<results>/params`` and never reach the support table's counts or file; a second sweep
     finds both tables unchanged."""
-    shutil.copy(HERE / "modes_for_tests.py", sweep.pytester.path / "modes_for_tests.py")
-    sweep.pytester.makeconftest(CONFTEST)
+    shutil.copy(HERE / "modes_for_tests.py", sweep.path / "modes_for_tests.py")
+    sweep.makeconftest(CONFTEST)
     done = sweep.run("zoo:bert", "zoo:gpt2", args=["-n", "2"])
     done.result.assert_outcomes(passed=2)
     assert sorted(done.rows) == ["zoo:bert", "zoo:gpt2"]

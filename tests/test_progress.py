@@ -11,7 +11,8 @@ from pytest_neuronsupport.progress import (
     model_line,
     recorded_costs,
 )
-from tests.sweeping import SweepRunner
+from tests.shared_sweeps import RERUNS
+from tests.sweeping import Sweep
 
 
 class FakeClockForTests:
@@ -79,8 +80,11 @@ def test_recorded_costs_leave_out_excluded_and_unknown_models() -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_shows_a_line_per_model_and_its_status(sweep: SweepRunner) -> None:
-    done = sweep.run("zoo:llama", "zoo:bert", args=["-n", "2"])
+@RERUNS
+def test_a_sweep_shows_a_line_per_model_and_its_status(reruns: dict[str, Sweep]) -> None:
+    """The sweeps of one folder, in order (tests/shared_sweeps.py): llama and bert under
+    xdist; with gpt2 (not read here); the two again, quiet, then not; llama again, verbose."""
+    done = reruns["first"]
     done.result.assert_outcomes(passed=2)
     out = done.result.stdout
     out.fnmatch_lines_random(
@@ -88,12 +92,12 @@ def test_a_sweep_shows_a_line_per_model_and_its_status(sweep: SweepRunner) -> No
     )
     out.fnmatch_lines(["[[]2/2[]] 2 PASS | *s elapsed"])  # in a log the status is a line
     assert "models.toml .." not in out.str()  # no letters: each model has its line
-    quiet = sweep.run("zoo:llama", "zoo:bert", args=["-q"])
+    quiet = reruns["quiet"]
     quiet.result.assert_outcomes(skipped=2)
     assert "unchanged" not in quiet.result.stdout.str().split("neuronsupport:")[0]
-    again = sweep.run("zoo:llama", "zoo:bert")
+    again = reruns["unchanged"]
     again.result.stdout.fnmatch_lines(
         ["unchanged     zoo:llama  (run.py as recorded)", "[[]2/2[]] 2 unchanged | *"]
     )
-    verbose = sweep.run("zoo:llama", args=["-v", "--neuron-rerun"])
+    verbose = reruns["rerun"]
     verbose.result.stdout.fnmatch_lines(["models.toml::zoo:llama PASS*"])

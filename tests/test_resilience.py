@@ -1,4 +1,8 @@
-"""Sweeps that meet crashes, kills and limits: no recorded row is ever lost or doubled."""
+"""Sweeps that meet crashes, kills and limits: no recorded row is ever lost or doubled.
+
+The sweep meeting every kind of crash is one of ``timeouts`` (tests/shared_sweeps.py), started
+in the background with the ``support`` group's first sweep: its hang's wait for the timeout
+overlaps that group's work."""
 
 from __future__ import annotations
 
@@ -14,40 +18,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_neuronsupport.dataset.store import read_dataset
-from tests.sweeping import SweepRunner
+from tests.shared_sweeps import (
+    CRASHES,
+    CRASHES_TIMEOUT_S,
+    SUPPORT,
+    TWO_CORE_LLAMA,
+    copy_of_llama,
+)
+from tests.sweeping import PendingSweep, Sweep, SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
 pytestmark = pytest.mark.slow
 
 MISBEHAVING = "backends_for_tests:misbehaving_by_model_backend_for_tests"
-
-
-def test_every_kind_of_crash_is_fail_other_and_the_sweep_goes_on(
-    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(
-        "NEURONSUPPORT_TEST_MISBEHAVIOUR",
-        "zoo:llama=segfault,zoo:gpt2=abort,zoo:qwen3=hang,zoo:bert=memory",
-    )
-    models = ["zoo:llama", "zoo:gpt2", "zoo:qwen3", "zoo:bert", "zoo:bert-mlm"]
-    done = sweep.run(
-        *models,
-        backend=MISBEHAVING,
-        # 60 s: the runs that must finish do so in seconds when idle, with a margin under load
-        args=["--neuron-timeout", "60", "--neuron-max-memory", "2.5"],
-    )
-    done.result.assert_outcomes(failed=4, passed=1)
-    notes = {m: done.row(m)["notes"] for m in models}
-    assert notes["zoo:llama"] == "killed by SIGSEGV during gen"
-    assert notes["zoo:gpt2"] == "killed by SIGABRT during gen"
-    assert notes["zoo:qwen3"] == "timed out after 60 s during gen"
-    assert notes["zoo:bert"].startswith("exceeded the memory limit of 2.5 GB (resident ")
-    assert notes["zoo:bert"].endswith("during forward")
-    for model in models[:4]:
-        row = done.row(model)
-        assert row["result"] == "FAIL(other)"
-        assert "test-only backend: about to" in row["error"]  # the output's tail is kept
-    assert done.row("zoo:bert-mlm")["result"] == "PASS"
 
 
 def test_limit_runs_at_most_n_models_in_list_order(sweep: SweepRunner) -> None:
@@ -68,21 +51,30 @@ def test_limit_holds_across_xdist_workers(sweep: SweepRunner) -> None:
     assert len(done.rows) == 2
 
 
-def test_a_model_is_sized_by_its_weights_and_excluded_above_the_cap(sweep: SweepRunner) -> None:
-    # zoo:llama holds 0.41 MB of bf16 weights: with 0.3 MB a core it needs 2 cores
-    done = sweep.run("zoo:llama", args=["--neuron-core-memory", "0.0003"])
-    done.result.assert_outcomes(passed=1)
-    row = done.row("zoo:llama")
+@TWO_CORE_LLAMA
+def test_a_model_is_sized_by_its_weights_and_excluded_above_the_cap(
+    sweep: SweepRunner, two_core_llama: tuple[Sweep, Sweep]
+) -> None:
+    # zoo:llama-2core holds 8.9 MB of bf16 weights: with 5 MB a core it needs 2 cores (the
+    # sweep test_runners reads too)
+    done, _ = two_core_llama
+    assert done.outcome("zoo:llama-2core") == "passed"
+    row = done.row("zoo:llama-2core")
     assert row["neuron_cores"] == 2
-    assert row["hbm_capacity_gb"] == pytest.approx(0.0006)
+    assert row["hbm_capacity_gb"] == pytest.approx(0.01)
     capped = sweep.run(
-        "zoo:gpt2", args=["--neuron-core-memory", "0.0001", "--neuron-max-cores", "1"]
+        "zoo:gpt2",
+        "zoo:bert",
+        args=["--neuron-core-memory", "0.0001", "--neuron-max-cores", "1"],
     )
-    capped.result.assert_outcomes(skipped=1)
+    capped.result.assert_outcomes(skipped=2)
     gpt2 = capped.row("zoo:gpt2")
     assert gpt2["result"] == "EXCLUDED" and gpt2["exclusion"] == "too-large"
     assert "at most 1 (--neuron-max-cores 1" in gpt2["notes"]
     assert gpt2["neuron_cores"] is None and gpt2["runner"] is None
+    # an encoder runs on one core: too large for one, it is excluded, not sharded
+    bert = capped.row("zoo:bert")
+    assert bert["exclusion"] == "too-large" and "runs on one core" in bert["notes"]
 
 
 def journal_lines(results_dir: Path) -> int:
@@ -110,7 +102,7 @@ def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
         command,
-        cwd=sweep.pytester.path,
+        cwd=sweep.path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -156,7 +148,14 @@ def test_a_killed_xdist_worker_costs_its_model_only(
 
 
 def test_an_unreadable_dataset_file_is_reported_and_left_untouched(sweep: SweepRunner) -> None:
-    sweep.run("zoo:llama")
+    """The sweeps before and after bert's record a checkpoint excluded before it runs (its
+    config says quantized): a row in the dataset, without a run."""
+    quantized = {"quantization_config": {"quant_method": "gptq", "bits": 4}}
+    before, after = (
+        {"id": f"acme/{name}", "path": str(copy_of_llama(sweep, name, **quantized))}
+        for name in ("before", "after")
+    )
+    sweep.run(before).result.assert_outcomes(skipped=1)
     (parquet,) = (sweep.results / "data").glob("*/*.parquet")
     parquet.write_bytes(b"PAR1 this file was damaged")
     again = sweep.run("zoo:bert")
@@ -165,6 +164,26 @@ def test_an_unreadable_dataset_file_is_reported_and_left_untouched(sweep: SweepR
     assert parquet.read_bytes() == b"PAR1 this file was damaged"
     assert list((sweep.results / "journal").glob("*.jsonl"))  # bert's row waits there
     parquet.unlink()
-    recovered = sweep.run("zoo:gpt2")
+    recovered = sweep.run(after)
     # bert's row, kept in the journal, lands once the damaged file is out of the way
-    assert sorted(recovered.rows) == ["zoo:bert", "zoo:gpt2"]
+    assert sorted(recovered.rows) == ["acme/after", "zoo:bert"]
+
+
+@SUPPORT
+def test_every_kind_of_crash_is_fail_other_and_the_sweep_goes_on(
+    timeouts: dict[str, PendingSweep],
+) -> None:
+    done = timeouts["crashes"].wait()  # segfault, abort, hang, memory; bert-mlm runs as it is
+    models = [*CRASHES, "zoo:bert-mlm"]
+    done.result.assert_outcomes(failed=4, passed=1)
+    notes = {m: done.row(m)["notes"] for m in models}
+    assert notes["zoo:llama"] == "killed by SIGSEGV during gen"
+    assert notes["zoo:gpt2"] == "killed by SIGABRT during gen"
+    assert notes["zoo:qwen3"] == f"timed out after {CRASHES_TIMEOUT_S} s during gen"
+    assert notes["zoo:bert"].startswith("exceeded the memory limit of 2.5 GB (resident ")
+    assert notes["zoo:bert"].endswith("during forward")
+    for model in models[:4]:
+        row = done.row(model)
+        assert row["result"] == "FAIL(other)"
+        assert "test-only backend: about to" in row["error"]  # the output's tail is kept
+    assert done.row("zoo:bert-mlm")["result"] == "PASS"

@@ -1,5 +1,9 @@
 """Every runner through the plugin: seq2seq, multimodal, expert-parallel, several cores with
-torch.distributed ranks (gloo on the CPU), chunked prefill, and the English judge."""
+torch.distributed ranks (gloo on the CPU), chunked prefill, and the English judge.
+
+Some tests read sweeps shared with other files (tests/shared_sweeps.py): the sweeps of ranks
+that crash or hang are among ``timeouts``, started in the background with the ``support``
+group's first sweep, so that the hang's wait for its timeout overlaps that group's work."""
 
 from __future__ import annotations
 
@@ -9,50 +13,55 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_neuronsupport import zoo
 from tests.judges_for_tests import judge_double
-from tests.sweeping import SweepRunner
+from tests.shared_sweeps import (
+    PERTURBED,
+    PERTURBED_RUNNERS,
+    RAISING,
+    RANK_FAULTS,
+    SUPPORT,
+    TWO_CORE_LLAMA,
+)
+from tests.sweeping import PendingSweep, Sweep, SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
 pytestmark = pytest.mark.slow
 
-BACKENDS = "backends_for_tests"
-MISBEHAVING = f"{BACKENDS}:misbehaving_by_model_backend_for_tests"
-PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
 
-
+@SUPPORT
 def test_seq2seq_multimodal_and_expert_parallel_runners_pass_against_the_cpu(
-    sweep: SweepRunner,
+    tiny_sweep: Sweep, plain_sweep: Sweep
 ) -> None:
-    done = sweep.run("zoo:t5", "zoo:bart", "zoo:llava", {"id": "zoo:mixtral", "runner": "dense_ep"})
-    done.result.assert_outcomes(passed=4)
-    runners = {m: r["runner"] for m, r in done.rows.items()}
+    """t5, bart and llava as the tiny list has them; mixtral's experts on one core."""
+    done = {m: (tiny_sweep, tiny_sweep.row(m)) for m in ("zoo:t5", "zoo:bart", "zoo:llava")}
+    done["zoo:mixtral"] = (plain_sweep, plain_sweep.row("zoo:mixtral"))
+    assert [swept.outcome(m) for m, (swept, _) in done.items()] == ["passed"] * 4
+    runners = {m: row["runner"] for m, (_, row) in done.items()}
     assert runners == {
         "zoo:t5": "run_seq2seq",
         "zoo:bart": "run_seq2seq",
         "zoo:llava": "run_multimodal",
         "zoo:mixtral": "run_dense_ep",
     }
-    for row in done.rows.values():
+    for _, row in done.values():
         assert row["cpu_match"] == "Y" and row["neuron_cores"] == 1
         assert len(json.loads(row["check"])["tokens"]) == 32
 
 
+@PERTURBED
 def test_a_perturbed_compiler_fails_the_output_of_every_generating_runner(
-    sweep: SweepRunner,
+    perturbed_sweep: Sweep,
 ) -> None:
-    models: list[str | dict[str, str]] = [
-        "zoo:t5",
-        "zoo:llava",
-        {"id": "zoo:mixtral", "runner": "dense_ep"},
-    ]
-    done = sweep.run(*models, backend=PERTURBING)
-    done.result.assert_outcomes(failed=3)
-    for row in done.rows.values():
+    done = perturbed_sweep  # t5, llava, mixtral (experts, one core); and see test_sweep
+    models = [m if isinstance(m, str) else m["id"] for m in PERTURBED_RUNNERS]
+    assert [done.outcome(m) for m in models] == ["failed"] * 3
+    for row in map(done.row, models):
         assert row["result"] == "FAIL(output)", row["model_id"]
         assert row["cpu_match"].startswith("N at token "), row["cpu_match"]
 
@@ -64,9 +73,10 @@ def test_chunked_prefill_generates_the_cpus_tokens(sweep: SweepRunner) -> None:
     assert "'prefill_chunk': 3" in row["run_py"]
 
 
-def test_a_decoder_is_sharded_over_two_ranks(sweep: SweepRunner) -> None:
-    done = sweep.run({"id": "zoo:llama-2core", "cores": 2}, args=["--neuron-judge", "none"])
-    done.result.assert_outcomes(passed=1)
+@TWO_CORE_LLAMA
+def test_a_decoder_is_sharded_over_two_ranks(two_core_llama: tuple[Sweep, Sweep]) -> None:
+    done, single = two_core_llama
+    assert done.outcome("zoo:llama-2core") == "passed"
     row = done.row("zoo:llama-2core")
     assert row["neuron_cores"] == 2 and row["runner"] == "run_dense"
     check = json.loads(row["check"])
@@ -74,18 +84,18 @@ def test_a_decoder_is_sharded_over_two_ranks(sweep: SweepRunner) -> None:
     assert check["judge"] == "none configured: the output check could not run"
     assert row["english"] is None and row["cpu_match"] is None
     # one rank per core, and the same tokens as one process on the CPU
-    single = sweep.run({"id": "zoo:llama-2core", "cores": 1}, args=["--neuron-rerun"])
     assert json.loads(single.row("zoo:llama-2core")["check"])["tokens"] == check["tokens"]
 
 
-def test_the_2core_decoder_is_sized_to_two_cores_by_a_small_budget(sweep: SweepRunner) -> None:
-    # its bf16 weights are 8.9 MB: with 5 MB a core it needs 2 cores
-    done = sweep.run("zoo:llama-2core", args=["--neuron-core-memory", "0.005"])
+@TWO_CORE_LLAMA
+def test_the_2core_decoder_is_sized_to_two_cores_by_a_small_budget(
+    two_core_llama: tuple[Sweep, Sweep],
+) -> None:
+    # its bf16 weights are 8.9 MB: with 5 MB a core it needs 2 cores (its list entry has none)
+    done, _ = two_core_llama
     assert done.row("zoo:llama-2core")["neuron_cores"] == 2
-    # an encoder runs on one core: too large for one, it is excluded, not sharded
-    enc = sweep.run("zoo:bert", args=["--neuron-core-memory", "0.0001"])
-    bert = enc.row("zoo:bert")
-    assert bert["exclusion"] == "too-large" and "runs on one core" in bert["notes"]
+    # (that an encoder too large for one core is excluded, not sharded: test_resilience's
+    # test_a_model_is_sized_by_its_weights_and_excluded_above_the_cap)
 
 
 def run_processes_of(script: Path) -> list[int]:
@@ -102,43 +112,11 @@ def run_processes_of(script: Path) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("how", "timeout", "notes"),
-    [
-        # the crash ends the run long before the timeout, however busy the machine
-        ("segfault", 900, "rank 1 of 2 was killed by SIGSEGV"),
-        # ranks reach the hang in seconds when idle: 60 s leaves a wide margin under load
-        ("hang", 60, "timed out after 60 s during gen"),
-    ],
-)
-def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
-    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch, how: str, timeout: int, notes: str
-) -> None:
-    monkeypatch.setenv("NEURONSUPPORT_TEST_MISBEHAVIOUR", f"zoo:llama-2core@1={how}")
-    done = sweep.run(
-        {"id": "zoo:llama-2core", "cores": 2},
-        backend=MISBEHAVING,
-        args=["--neuron-timeout", str(timeout)],
-    )
-    done.result.assert_outcomes(failed=1)
-    row = done.row("zoo:llama-2core")
-    assert row["result"] == "FAIL(other)"
-    assert row["notes"] == notes
-    assert "test-only backend: about to" in row["error"]  # the ranks' output tail is kept
-    script = next((sweep.results / "runs").glob("*/*/zoo--llama-2core/run.py"))
-    deadline = time.monotonic() + 120  # killed at once; reaped in seconds even when busy
-    while run_processes_of(script) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert run_processes_of(script) == []
-
-
+@RAISING
 def test_a_rank_that_raises_reports_its_phase(
-    sweep: SweepRunner, monkeypatch: pytest.MonkeyPatch
+    failing_backend_sweep: Callable[[str], Sweep],
 ) -> None:
-    done = sweep.run(
-        {"id": "zoo:llama-2core", "cores": 2},
-        backend=f"{BACKENDS}:raising_at_run_time_backend_for_tests",
-    )
+    done = failing_backend_sweep("raising_at_run_time_backend_for_tests")  # see test_sweep
     row = done.row("zoo:llama-2core")
     assert row["result"] == "FAIL(gen)"
     assert "test-only backend" in row["error"]
@@ -150,7 +128,7 @@ def test_a_rank_that_raises_reports_its_phase(
 def test_several_cores_are_judged_by_the_english_judge(
     sweep: SweepRunner, answer: str, english: str, result: str
 ) -> None:
-    judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.pytester.path, answer)
+    judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.path, answer)
     done = sweep.run({"id": "zoo:llama-2core", "cores": 2}, args=["--neuron-judge", str(judge)])
     row = done.row("zoo:llama-2core")
     assert (row["english"], row["result"]) == (english, result)
@@ -169,11 +147,11 @@ def test_a_zoo_model_can_judge_and_its_word_is_the_verdict(sweep: SweepRunner) -
     assert row["result"] == ("PASS" if row["english"] == "Y" else "FAIL(output)")
 
 
+@SUPPORT
 def test_a_several_core_run_py_alone_gives_the_same_verdict(
-    sweep: SweepRunner, tmp_path: Path
+    tiny_sweep: Sweep, tmp_path: Path
 ) -> None:
-    done = sweep.run({"id": "zoo:mixtral", "runner": "dense_ep", "cores": 2})
-    row = done.row("zoo:mixtral")
+    row = tiny_sweep.row("zoo:mixtral")  # as the tiny list has it: experts on 2 cores
     assert row["result"] == "PASS" and row["neuron_cores"] == 2
     params = next(
         ast.literal_eval(node.value)
@@ -239,3 +217,22 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
     assert verdict["result"] == "PASS"  # the check could not run: the model ran
     assert "cpu_match" not in verdict
     assert verdict["check"]["cpu_comparison"] == "the CPU reference is not reproducible"
+
+
+@SUPPORT
+@pytest.mark.parametrize("how", sorted(RANK_FAULTS))
+def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
+    timeouts: dict[str, PendingSweep], how: str
+) -> None:
+    done = timeouts[f"rank-{how}"].wait()
+    assert done.runner is not None
+    done.result.assert_outcomes(failed=1)
+    row = done.row("zoo:llama-2core")
+    assert row["result"] == "FAIL(other)"
+    assert row["notes"] == RANK_FAULTS[how][1]
+    assert "test-only backend: about to" in row["error"]  # the ranks' output tail is kept
+    script = next((done.runner.results / "runs").glob("*/*/zoo--llama-2core/run.py"))
+    deadline = time.monotonic() + 120  # killed at once; reaped in seconds even when busy
+    while run_processes_of(script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run_processes_of(script) == []

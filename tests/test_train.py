@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from pytest_neuronsupport.pipeline.isolate import (
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, out_of_memory
 from pytest_neuronsupport.views.training import train_report, train_tables
-from tests.sweeping import SweepRunner
+from tests.sweeping import Sweep, SweepRunner
 
 PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
 
@@ -187,30 +188,42 @@ def _rerun(script: Path, executor: Executor) -> dict[str, Any]:
     return outcome.verdict
 
 
-CAP_GB = 0.3
-#: Tokens a sample: at 512 (the seed's long column) a batch is a few samples under the cap, so
-#: each search is a few trials.
+CAP_GB = 0.15
+#: Tokens a sample: at 512 (the seed's long column) a batch is two to four samples under the
+#: cap, so each search is a few cheap trials, and one sample more is a quarter more memory.
 SEQ_LEN = 512
 
 
+SEARCHED = ["zoo:gpt2", "zoo:bert-mlm"]
+
+
+@pytest.fixture(scope="session")
+def searched(sweep_folder: Callable[..., SweepRunner]) -> Sweep:
+    """One training sweep of a decoder and an encoder, under the cap."""
+    return sweep_folder("train-search").run(
+        *({"id": model, "mode": "train", "seq_len": SEQ_LEN} for model in SEARCHED),
+        args=["--neuron-core-memory", str(CAP_GB)],
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["zoo:gpt2", "zoo:bert-mlm"])
-def test_training_sweep_finds_the_largest_batch_that_fits(sweep: SweepRunner, model: str) -> None:
+@pytest.mark.xdist_group("train-search")
+@pytest.mark.parametrize("model", SEARCHED)
+def test_training_sweep_finds_the_largest_batch_that_fits(searched: Sweep, model: str) -> None:
     """A decoder, an encoder: each batch found trains under the cap and the next one searched
     runs out of memory, rerun from another fork server (and the eager ones in a fresh
     interpreter too: the cap counts the same memory wherever the trial runs)."""
-    done = sweep.run(
-        {"id": model, "mode": "train", "seq_len": SEQ_LEN},
-        args=["--neuron-core-memory", str(CAP_GB)],
-    )
+    done = searched
     assert done.result.ret == 0, done.result.stdout.str()
-    row = _trained(sweep.results, "aot_eager", model)
+    assert done.runner is not None
+    results = done.runner.results
+    row = _trained(results, "aot_eager", model)
     assert row["result"] == "PASS" and row["memory_cap_gb"] == CAP_GB, row["notes"]
     assert row["param_error"] is not None and row["param_error"] <= row["tolerance"]
     assert "`python3 train.py` prints the verdict" in row["run_py"].splitlines()[1]
     details = json.loads(row["check"])
     assert details["search_compiled"]["start"] == max(1, row["batch_native"])
-    [trials] = sweep.results.glob(f"runs/*/*/{model.replace(':', '--')}/train-{SEQ_LEN}")
+    [trials] = results.glob(f"runs/*/*/{model.replace(':', '--')}/train-{SEQ_LEN}")
     forked, fresh = ForkServerExecutor(), SubprocessExecutor()
     for mode in ("native", "compiled"):
         batch, failed = row[f"batch_{mode}"], details[f"search_{mode}"]["failed_at"]

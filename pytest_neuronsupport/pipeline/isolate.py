@@ -27,6 +27,7 @@ process in its session), it is stopped. Whatever the process does, the executor 
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -259,6 +260,9 @@ def _forked_run(
     script: str, argv: list[str], env: dict[str, str], cwd: str, log: str, cpus: list[int] | None
 ) -> None:
     """The body of a forked run: become ``python3 run.py`` without paying for the imports."""
+    # The server's objects (torch's, transformers') are left out of garbage collection: a
+    # collection would write to each one (a page copied on write for every page of them)
+    gc.freeze()
     os.setsid()
     die_with_parent()
     # Semaphores the run creates are its own business: give it its own resource tracker (a
@@ -286,6 +290,9 @@ def _forked_run(
 
     sys.argv = [script, *argv]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    # as in a subprocess, the run's PYTHONPATH next: the server's own path is the one it
+    # started with, in another sweep's environment perhaps
+    sys.path[1:1] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")

