@@ -228,3 +228,30 @@ def _repo_rows_of(hub: MiniHub, repo: str) -> list[dict[str, object]]:
     [path] = [p for p in data if p.startswith("data/")]
     rows: list[dict[str, object]] = pq.read_table(pa.BufferReader(data[path])).to_pylist()
     return rows
+
+
+def test_merge_pushes_what_a_dead_sweep_into_the_hub_left_in_its_local_copy(
+    hub: MiniHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep into ``hf://`` killed before its end leaves its rows in the local copy's
+    journal: ``neuronsupport merge --results hf://...`` merges them there, then pushes them."""
+    from pytest_neuronsupport import options
+    from pytest_neuronsupport.dataset.journal import Journal
+    from tests.results_for_tests import pair_of
+
+    uri = f"hf://datasets/{REPO}"
+    monkeypatch.setenv("NEURONSUPPORT_CACHE", str(tmp_path / "cache"))
+    code, out = _run("merge", "--results", uri)
+    assert code == 0 and "no local copy" in out, out  # nothing swept here yet
+
+    copy = options.shared_copy(options.default_cache(), uri)
+    journal = Journal(copy)  # left open, as a killed sweep leaves it (its lock released)
+    for row in (result_row("org/a"), result_row("org/b", "FAIL(gen)")):
+        journal.append(pair_of(row), row)
+    journal.close()
+    code, out = _run("merge", "--results", uri)
+    assert code == 0, out
+    assert "2 row(s) merged" in out and "2 new, 0 replaced" in out, out
+    assert sorted(str(r["model_id"]) for r in _repo_rows(hub)) == ["org/a", "org/b"]
+    code, again = _run("merge", "--results", uri)
+    assert code == 0 and "nothing new to push" in again, again
