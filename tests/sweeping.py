@@ -282,13 +282,33 @@ READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_")
 IMPORTED_WITH = dict(os.environ)
 
 
+#: Read at import too, but set here for the sweep's time (see :func:`offline_as`).
+OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
 def changes_imported(environment: Mapping[str, str]) -> bool:
-    names = {*environment, *IMPORTED_WITH}
+    names = {*environment, *IMPORTED_WITH} - set(OFFLINE)
     return any(
         environment.get(name) != IMPORTED_WITH.get(name)
         for name in names
         if name.startswith(READ_AT_IMPORT)
     )
+
+
+@contextlib.contextmanager
+def offline_as(environment: Mapping[str, str]) -> Iterator[None]:
+    """huggingface_hub's offline switch as ``environment`` sets it, for a sweep in this
+    process: the client reads ``constants.HF_HUB_OFFLINE`` on every request, set once from the
+    environment at import (the tests' ``sweep`` fixture sets ``HF_HUB_OFFLINE=1`` later)."""
+    import huggingface_hub.constants as constants
+
+    saved = constants.HF_HUB_OFFLINE
+    words = (environment.get(name, "") for name in OFFLINE)
+    constants.HF_HUB_OFFLINE = any(w.upper() in {"1", "ON", "YES", "TRUE"} for w in words)
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = saved
 
 
 @contextlib.contextmanager
@@ -310,7 +330,8 @@ def in_this_process(
     os.chdir(folder)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            yield out, err
+            with offline_as(environment):
+                yield out, err
     finally:
         os.chdir(saved_cwd)
         sys.path[:] = saved_path
