@@ -222,7 +222,7 @@ class SweepRunner:
         """Sweep ``models`` and wait for it: in this process (the worker's torch,
         transformers and fork server are warm: seconds saved per sweep), or in a subprocess
         when ``isolated``, under xdist (``-n``), or when the sweep's environment changes what
-        a library read at import (``HF_*``, ``TRANSFORMERS_*``, ``TORCH*``)."""
+        a library read at import (``HF_*``, ``TRANSFORMERS_*``)."""
         args = list(args)
         environment = self.environment(env)
         if (
@@ -273,9 +273,10 @@ class SweepRunner:
         return props, cases
 
 
-#: Environment variables a library reads once, at import: a sweep that changes one runs in a
-#: subprocess, where the change is seen.
-READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_")
+#: Environment variables huggingface_hub and transformers read once, at import (the Hub's
+#: endpoint, token, cache): a sweep that changes one runs in a subprocess, where the change is
+#: seen. (Not torch's: the plugin itself sets ``PYTORCH_NVML_BASED_CUDA_CHECK`` in the worker.)
+READ_AT_IMPORT = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_")
 
 
 #: The environment as the libraries read it, at import (before any test's monkeypatch).

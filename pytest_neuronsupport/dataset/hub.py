@@ -207,12 +207,19 @@ class HubDataset:
 
     def download(self, folder: Path, revision: str) -> list[str]:
         """Copy the repo's pair files and card at ``revision`` into ``folder``; return them."""
-        from huggingface_hub import hf_hub_download
 
         names = self.files(revision)
         for name in names:
-            with _refusals(self.uri, f"downloading {name}"):
-                cached = hf_hub_download(
+            atomic_write_bytes(folder / name, self.fetch(name, revision).read_bytes())
+        return names
+
+    def fetch(self, name: str, revision: str) -> Path:
+        """The repo's file ``name`` at ``revision``, in the client's cache."""
+        from huggingface_hub import hf_hub_download
+
+        with _refusals(self.uri, f"downloading {name}"):
+            return Path(
+                hf_hub_download(
                     self.repo_id,
                     name,
                     repo_type="dataset",
@@ -220,8 +227,7 @@ class HubDataset:
                     endpoint=self.api.endpoint,
                     token=self.api.token,
                 )
-            atomic_write_bytes(folder / name, Path(cached).read_bytes())
-        return names
+            )
 
     def pull(self, folder: Path) -> int:
         """Merge the repo's rows into the local results ``folder`` (rows there that are newer
@@ -354,7 +360,7 @@ class HubDataset:
 
     def write_once(self, name: str, text: str) -> str:
         """Commit ``name`` unless the repo has it; return its text in the repo either way."""
-        from huggingface_hub import CommitOperationAdd, hf_hub_download
+        from huggingface_hub import CommitOperationAdd
         from huggingface_hub.errors import HfHubHTTPError
 
         self.create()
@@ -365,16 +371,7 @@ class HubDataset:
                     self.repo_id, repo_type="dataset", revision=head
                 )
             if present:
-                with _refusals(self.uri, f"downloading {name}"):
-                    cached = hf_hub_download(
-                        self.repo_id,
-                        name,
-                        repo_type="dataset",
-                        revision=head,
-                        endpoint=self.api.endpoint,
-                        token=self.api.token,
-                    )
-                return Path(cached).read_text(encoding="utf-8")
+                return self.fetch(name, head).read_text(encoding="utf-8")
             add = CommitOperationAdd(name, text.encode("utf-8"))
             try:
                 with _refusals(self.uri, f"writing {name}"):
