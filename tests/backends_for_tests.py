@@ -225,3 +225,24 @@ def raising_on_batches_in_benchmark_backend_for_tests(
     if os.path.basename(sys.argv[0]) == "bench.py" and batched:
         raise RuntimeError("test-only backend: refused a batched graph in the benchmark")
     return gm.forward
+
+
+def cpu_run_fails_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Runs the graph as it is; but the next causal LM the process loads after this compile
+    (the CPU fp32 reference's) raises ``MemoryError``, as when the host cannot hold a model
+    that fits the device. The load after it (the English judge's) works."""
+    import transformers
+
+    auto = transformers.AutoModelForCausalLM
+    if not getattr(auto, "cpu_run_fails_for_tests", False):
+        auto.cpu_run_fails_for_tests = True
+        loads = auto.from_pretrained
+
+        def fails_once(*args: Any, **kwargs: Any) -> Any:
+            auto.from_pretrained = loads
+            raise MemoryError("test-only backend: the host cannot hold the CPU reference")
+
+        auto.from_pretrained = fails_once
+    return gm.forward

@@ -110,7 +110,7 @@ HEAVIEST_FIRST = (
     "test_a_sweep_held_against_its_baseline_names_regressions_and_improvements",  # 90
     "reruns",  # 75
     "two-core-llama",  # 75
-    "test_several_cores_are_judged_by_the_english_judge",  # 2 x 52
+    "test_several_cores_are_judged_by_the_english_judge",  # 52
     "test_a_zoo_model_can_judge_and_its_word_is_the_verdict",  # 52
     "test_twice_the_cap_does_not_find_a_smaller_batch",  # 52
     "test_the_default_judge_comes_from_the_hub_pinned",  # 50

@@ -245,8 +245,8 @@ def lines(text: str) -> int:
 #: A run.py as the default sweep writes it is a page: at most this many lines on one core, and
 #: on several cores (the issue "One sweep, many tables").
 ONE_CORE, SEVERAL_CORES = 350, 470
-#: What the English judge adds at most, on one core (where judge_needed renders it too: the
-#: CPU run may fail or not be reproducible, and the judge then decides).
+#: What the English judge adds at most, on one core (where the support mode runs a script
+#: again with it when its CPU run failed or did not reproduce itself: judge_needed).
 JUDGE_ON_ONE_CORE = 70
 #: Models as a sweep names them: a zoo model (a folder of the cache, a header line of its own)
 #: and a Hub model (pinned to the commit that ran).
@@ -261,14 +261,21 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def default_script(
-    runner: str, device: str, cores: int, head: str | None, model: str, judge: str | None
+    runner: str,
+    device: str,
+    cores: int,
+    head: str | None,
+    model: str,
+    judge: str | None,
+    cpu_failed: bool = False,
 ) -> str:
     """The run.py a sweep with the default options writes (``--neuron-judge`` aside): the
     device's backend, dtype and fullgraph, the default prefill chunk, and the judge wherever
-    :func:`judge_needed` says it can be used."""
+    :func:`judge_needed` says it decides (``cpu_failed``: on one core, the script run again
+    when the CPU comparison did not run)."""
     chosen, dev = RUNNERS.get(runner), DEVICES[device]
     model_id, checkpoint = MODELS[model]
-    judged = judge_needed(chosen, cores, judge)
+    judged = judge_needed(chosen, cores, judge, cpu_failed)
     params = RunParams(
         model_id=model_id,
         checkpoint=checkpoint,
@@ -301,16 +308,19 @@ def test_a_run_py_of_the_default_sweep_is_a_page(
     runner: str, device: str, cores: int, head: str | None
 ) -> None:
     assert BY_NAME["judge"].default == DEFAULT_JUDGE
+    generates = RUNNERS.get(runner).generates
     for model in MODELS:
         text = default_script(runner, device, cores, head, model, DEFAULT_JUDGE)
         unjudged = default_script(runner, device, cores, head, model, None)  # --neuron-judge none
-        judged = "def judge_english" in text
-        assert judged is (RUNNERS.get(runner).generates and "def judge_english" not in unjudged)
+        assert ("def judge_english" in text) is (generates and cores > 1)
+        assert "def judge_english" not in unjudged
         if cores > 1:
             assert lines(text) <= SEVERAL_CORES, model
-        else:
-            assert lines(unjudged) <= ONE_CORE, model
-            assert lines(text) - lines(unjudged) <= (JUDGE_ON_ONE_CORE if judged else 0), model
+            continue
+        assert text == unjudged and lines(text) <= ONE_CORE, model
+        again = default_script(runner, device, cores, head, model, DEFAULT_JUDGE, cpu_failed=True)
+        assert ("def judge_english" in again) is generates
+        assert lines(again) - lines(text) <= (JUDGE_ON_ONE_CORE if generates else 0), model
 
 
 def test_the_steps_come_first_and_in_the_order_they_run() -> None:

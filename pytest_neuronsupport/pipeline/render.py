@@ -105,17 +105,17 @@ class ScriptPlan:
     entry_module: str = ENTRY_MODULE
 
 
-def judge_needed(runner: Runner, cores: int, judge: str | None) -> bool:
-    """Whether a run's script holds the English judge: where it can decide, when one is set.
+def judge_needed(runner: Runner, cores: int, judge: str | None, cpu_failed: bool = False) -> bool:
+    """Whether a run's script holds the English judge: where it decides, when one is set.
 
     The judge decides a generating run's output where the CPU comparison does not run (the
-    spec's "decoders on several cores, or when the CPU run cannot complete"). On several
-    cores that is every run; on one core, a run whose CPU fp32 run fails or does not reproduce
-    itself (:func:`~pytest_neuronsupport.runners.lib.generation.generate_and_check`), which
-    the script cannot know before it runs: so a generating runner's script holds the judge on
-    one core as on several. An encoder's check is its own (a reference that cannot run leaves
-    it unchecked): never a judge."""
-    return judge is not None and runner.generates
+    spec's "decoders on several cores, or when the CPU run cannot complete"). On several cores
+    that is every run. On one core it is a run whose CPU fp32 run failed or did not reproduce
+    itself, which is known only once the script has run: its first script has no judge, and
+    the support mode runs it again with one when it comes back so (``cpu_failed``; see
+    :func:`pytest_neuronsupport.modes.support.judged_again`). An encoder's check is its own
+    (a reference that cannot run leaves it unchecked): never a judge."""
+    return judge is not None and runner.generates and (cores > 1 or cpu_failed)
 
 
 # --- writing the script --------------------------------------------------------------------------
