@@ -237,12 +237,12 @@ def cpu_run_fails_backend_for_tests(
 
     auto = transformers.AutoModelForCausalLM
     if not getattr(auto, "cpu_run_fails_for_tests", False):
-        auto.cpu_run_fails_for_tests = True
+        setattr(auto, "cpu_run_fails_for_tests", True)  # noqa: B010  (once per process)
         loads = auto.from_pretrained
 
         def fails_once(*args: Any, **kwargs: Any) -> Any:
-            auto.from_pretrained = loads
+            setattr(auto, "from_pretrained", loads)  # noqa: B010
             raise MemoryError("test-only backend: the host cannot hold the CPU reference")
 
-        auto.from_pretrained = fails_once
+        setattr(auto, "from_pretrained", fails_once)  # noqa: B010
     return gm.forward
