@@ -80,9 +80,10 @@ def test_a_decoder_is_sharded_over_two_ranks(two_core_llama: tuple[Sweep, Sweep]
     row = done.row("zoo:llama-2core")
     assert row["neuron_cores"] == 2 and row["runner"] == "run_dense"
     check = json.loads(row["check"])
-    assert check["cpu_comparison"] == "the run used 2 cores"
-    assert check["judge"] == "none configured: the output check could not run"
-    assert row["english"] is None and row["cpu_match"] is None
+    # this host holds the model in fp32: rank 0 holds the tokens against the CPU's
+    assert "'cpu_reference': True" in row["run_py"]
+    assert (row["cpu_match"], row["checked_by"], row["english"]) == ("Y", "cpu", None)
+    assert check["rule"] == "tokens" and check["reference_tokens"] == check["tokens"]
     # one rank per core, and the same tokens as one process on the CPU
     assert json.loads(single.row("zoo:llama-2core")["check"])["tokens"] == check["tokens"]
 
@@ -122,20 +123,26 @@ def test_a_rank_that_raises_reports_its_phase(
     assert "test-only backend" in row["error"]
 
 
+CPU_RUN_FAILS = "backends_for_tests:cpu_run_fails_backend_for_tests"
+
+
 def test_several_cores_are_judged_by_the_english_judge(sweep: SweepRunner) -> None:
+    """Rank 0's CPU reference cannot load (a test double): the judge in run.py decides."""
     judge = judge_double(zoo.ensure_built("gpt2", sweep.cache), sweep.path, "Yes")
-    done = sweep.run({"id": "zoo:llama-2core", "cores": 2}, args=["--neuron-judge", str(judge)])
+    done = sweep.run(
+        {"id": "zoo:llama-2core", "cores": 2},
+        backend=CPU_RUN_FAILS,
+        args=["--neuron-judge", str(judge)],
+    )
     row = done.row("zoo:llama-2core")
     assert (row["english"], row["result"], row["checked_by"]) == ("Y", "PASS", "judge")
+    assert json.loads(row["check"])["cpu_comparison"].startswith("the CPU run failed: Memory")
     decision = json.loads(row["check"])["judge"]
     assert decision["english"] == "Y"
     assert decision["prompt"].startswith("Is the following text fluent English?")
     assert "next-token logit for 'Yes'" in decision["rule"]
     assert decision["yes_logit"] > decision["no_logit"]
     assert str(judge) in row["run_py"]  # the judge is part of the test
-
-
-CPU_RUN_FAILS = "backends_for_tests:cpu_run_fails_backend_for_tests"
 
 
 def test_one_core_runs_again_with_the_judge_when_its_cpu_run_fails(sweep: SweepRunner) -> None:

@@ -7,8 +7,8 @@ parameters (:mod:`pytest_neuronsupport.pipeline.render`), run isolated on the co
 was sized for with its CPU reference (the file that holds or will hold it). A run whose load
 fails for a library transformers says is missing runs once more with it
 (:func:`~pytest_neuronsupport.pipeline.packages.missing_library`); its row is the second run's,
-saying so. So a one-core generating run whose CPU run failed or did not reproduce itself: it
-runs once more with the English judge in its script, which then decides (:func:`judged_again`).
+saying so. So a generating run whose CPU run failed or did not reproduce itself: it runs once
+more with the English judge in its script, which then decides (:func:`judged_again`).
 With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
 (:mod:`pytest_neuronsupport.pipeline.minify`).
 """
@@ -36,6 +36,7 @@ from pytest_neuronsupport.pipeline.render import (
     render,
     sha256,
 )
+from pytest_neuronsupport.pipeline.sizing import host_holds_fp32
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 
@@ -79,7 +80,7 @@ class Support:
             text = render(*script_parts(sweep, planned, needs), sweep.stack)
             retried = attempt(sweep, planned, needs, run_py, text)
             fields = classify.retried(retried, missing, fields)
-        if judged_again(sweep, planned, fields):  # one core, and the CPU comparison did not run
+        if judged_again(sweep, planned, fields):  # the CPU comparison did not run after all
             text = render(*script_parts(sweep, planned, needs, cpu_failed=True), sweep.stack)
             fields = classify.judged_again(attempt(sweep, planned, needs, run_py, text), fields)
         if s.minify and minify.wanted(fields, planned.cores):
@@ -98,12 +99,18 @@ class Support:
 
 
 def judged_again(sweep: Sweep, planned: Plan, fields: Mapping[str, Any]) -> bool:
-    """Whether a one-core run runs again with the English judge: its output went unchecked
-    because its CPU run failed or did not reproduce itself, and a judge is set."""
+    """Whether a run runs again with the English judge: a judge is set, and the run's output
+    went unchecked because its CPU run failed or did not reproduce itself, with no judge in
+    its script (:func:`~pytest_neuronsupport.pipeline.classify.left_to_a_judge`)."""
     assert planned.runner is not None
-    one_core = planned.cores == 1
-    can = judge_needed(planned.runner, planned.cores, sweep.judge, cpu_failed=True)
-    return one_core and can and classify.left_to_a_judge(fields)
+    can = judge_needed(planned.runner, sweep.judge, cpu_compared=False)
+    return can and classify.left_to_a_judge(fields)
+
+
+def cpu_compared(planned: Plan) -> bool:
+    """Whether a run's output is to be held against the CPU fp32 run's: on one core, and on
+    several where the host's memory holds the model in fp32."""
+    return planned.cores == 1 or host_holds_fp32(planned.weight_bytes)
 
 
 def script_parts(
@@ -111,17 +118,20 @@ def script_parts(
 ) -> tuple[RunParams, ScriptPlan]:
     """What the model's ``run.py`` is made of: its parameters and its code (and the packages it
     needs beyond the stack: the list entry's, unless ``needs`` says otherwise; the English
-    judge on one core when ``cpu_failed``: see :func:`judged_again`)."""
+    judge where the CPU comparison will not run, or did not (``cpu_failed``: see
+    :func:`judged_again`))."""
     s, runner = sweep.settings, planned.runner
     assert runner is not None
-    judged = judge_needed(runner, planned.cores, sweep.judge, cpu_failed)
+    compared = cpu_compared(planned)
+    judged = judge_needed(runner, sweep.judge, compared and not cpu_failed)
+    several = planned.cores > 1
     params = RunParams(
         **sweep.run_fields(planned.spec.id, planned.checkpoint, planned.revision, runner.name),
         cores=planned.cores,
         prefill_chunk=s.prefill_chunk if runner.generates else None,
         judge=sweep.judge if judged else None,
+        cpu_reference=compared if runner.generates and several else None,
     )
-    several = planned.cores > 1
     code = ScriptPlan(
         runner_module=runner.module,
         runner_entry=runner.entry_for(planned.config, planned.cores, planned.spec.task),
