@@ -89,6 +89,8 @@ def _misbehave(how: str) -> None:
         for i in range(0, len(hog), 4096):
             hog[i] = 1
         time.sleep(60)
+    elif how == "cpu-run-fails":  # the run goes on; its CPU reference will not load
+        _fail_the_next_causal_lm_load()
     elif how == "kill-worker":
         # the run's parent is the fork server, whose parent is the xdist worker
         with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as f:
@@ -102,7 +104,8 @@ def misbehaving_by_model_backend_for_tests(
 ) -> Callable[..., Any]:
     """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
     (``zoo:llama=segfault,zoo:gpt2=abort,...``: raise, segfault, abort, hang, memory,
-    kill-worker; ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the
+    kill-worker, cpu-run-fails (:func:`cpu_run_fails_backend_for_tests`);
+    ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the
     graph faithfully for every other model. One sweep can then meet every kind of crash. The
     model is read from run.py's PARAMS (the script is ``__main__``)."""
     import sys
@@ -225,3 +228,28 @@ def raising_on_batches_in_benchmark_backend_for_tests(
     if os.path.basename(sys.argv[0]) == "bench.py" and batched:
         raise RuntimeError("test-only backend: refused a batched graph in the benchmark")
     return gm.forward
+
+
+def cpu_run_fails_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Runs the graph as it is; but the next causal LM the process loads after this compile
+    (the CPU fp32 reference's) raises ``MemoryError``, as when the host cannot hold a model
+    that fits the device. The load after it (the English judge's) works."""
+    _fail_the_next_causal_lm_load()
+    return gm.forward
+
+
+def _fail_the_next_causal_lm_load() -> None:
+    import transformers
+
+    auto = transformers.AutoModelForCausalLM
+    if not getattr(auto, "cpu_run_fails_for_tests", False):
+        setattr(auto, "cpu_run_fails_for_tests", True)  # noqa: B010  (once per process)
+        loads = auto.from_pretrained
+
+        def fails_once(*args: Any, **kwargs: Any) -> Any:
+            setattr(auto, "from_pretrained", loads)  # noqa: B010
+            raise MemoryError("test-only backend: the host cannot hold the CPU reference")
+
+        setattr(auto, "from_pretrained", fails_once)  # noqa: B010

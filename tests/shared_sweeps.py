@@ -22,6 +22,7 @@ import pytest
 
 from pytest_neuronsupport import zoo
 from pytest_neuronsupport.modellist import default_lists, parse
+from tests.fresh_clone import prepared
 from tests.sweeping import PendingSweep, Sweep, SweepRunner
 
 BACKENDS = "backends_for_tests"
@@ -106,10 +107,21 @@ def start_timeouts(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_sweep(sweep_folder: Callable[..., SweepRunner], request: pytest.FixtureRequest) -> Sweep:
-    """The bundled tiny list, swept under xdist: every runner, one core and several."""
+def tiny_sweep(
+    zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Sweep:
+    """The bundled tiny list as the README's first set-up command sweeps it, under xdist:
+    every runner, one core and several. It ran in the fresh clone the documentation's tests
+    use (tests/fresh_clone.py); its results and junit are copied into a folder of their own,
+    where a test may sweep again with the clone's cache (its models' scripts unchanged)."""
     start_timeouts(request)
-    return sweep_folder("tiny").run(*TINY, args=["-n", "2"])
+    scratch = prepared(zoo_cache, tmp_path_factory)
+    runner = SweepRunner(tmp_path_factory.mktemp("tiny"), zoo_cache, own_cache=False)
+    shutil.copytree(scratch.clone / "results", runner.results)
+    shutil.copy(scratch.sweep_junit, runner.path / "junit.xml")
+    code, _, output = scratch.sweep_output.read_text(encoding="utf-8").partition("\n")
+    result = pytest.RunResult(int(code), output.splitlines(), [], 0.0)
+    return Sweep(result, runner.read_rows(), *runner.read_junit(), runner)
 
 
 def copy_of_llama(runner: SweepRunner, name: str, **config: Any) -> Path:

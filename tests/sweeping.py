@@ -99,7 +99,8 @@ class SweepRunner:
 
     ``pytester``: the folder is a test's pytester folder (kept for the tests that write files
     there through it). ``env``: set for every sweep of this runner, over the environment at
-    the time the sweep starts (a test's ``monkeypatch`` changes count).
+    the time the sweep starts (a test's ``monkeypatch`` changes count). ``own_cache`` false:
+    the sweeps use ``cache`` itself (CPU references, leases), not a cache of the folder's.
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class SweepRunner:
         *,
         pytester: pytest.Pytester | None = None,
         env: Mapping[str, str] | None = None,
+        own_cache: bool = True,
     ) -> None:
         self.path = path
         self.pytester = pytester
@@ -117,9 +119,11 @@ class SweepRunner:
         self.runs = 0
         # Each folder has its cache (CPU references) and core leases but shares the built zoo:
         # the leases of one folder's sweeps must not wait for another's, running in parallel.
-        self.cache = path / "cache"
-        self.cache.mkdir()
-        (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
+        # (Not ``own_cache``: ``cache`` itself, as the sweep whose results were copied here.)
+        self.cache = path / "cache" if own_cache else cache
+        if own_cache:
+            self.cache.mkdir()
+            (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
         # an ini file makes the folder the rootdir, and sets the cache through its key
         (path / "tox.ini").write_text(
             f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n",

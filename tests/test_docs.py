@@ -16,17 +16,11 @@
   cluster) and say so on their first line, a ``#`` comment, which is their skip reason here;
   ``text`` blocks are output and never run. Any other fence fails.
 
-The runnable blocks of a page run in order, in a scratch copy of the repository prepared like
-a fresh clone after the README's first set-up command: ``.venv`` links to the virtual
-environment running these tests (``Path(sys.executable).parent.parent``), ``HF_HUB_OFFLINE=1``,
-the clone's own package first on ``PYTHONPATH`` (as its editable install would be), and
-``results/`` holds the rows of one sweep of the bundled tiny list: the first set-up command's
-sweep, run once per test session (shared by xdist workers under a lock). For speed, that sweep
-and every sweep of the pages use the ``aot_eager`` backend
-(``PYTEST_ADDOPTS="-o neuron_backend=aot_eager"``: a block's own ``--neuron-backend`` still
-wins) and the session's shared zoo cache (``NEURONSUPPORT_CACHE``, the ``zoo_cache`` fixture's
-folder), so the zoo is built once and CPU references are computed once; so a page's sweep of a
-few models mostly skips them as unchanged. Each page gets its own copy of that clone; the
+The runnable blocks of a page run in order, in a copy of the repository prepared like a fresh
+clone after the README's first set-up command, whose ``results/`` holds the rows of that
+command's sweep of the bundled tiny list (tests/fresh_clone.py: run once per test run, and
+read by the tiny list's tests too), so a page's sweep of a few models mostly skips them as
+unchanged. Each page gets its own copy of that clone; the
 selected pages run two at a time in the background (a page's blocks run one after the
 other, so two pages keep two cores busy), each once per test run, and each page's test
 reports its own page's first failure.
@@ -53,21 +47,14 @@ import pytest
 import yaml
 from filelock import FileLock
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fresh_clone import ROOT, SWEEP_COMMAND, Scratch, prepared, run_command
+
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "pytest_neuronsupport"
 LAYOUT = DOCS / "layout.md"
 MKDOCS_YML = ROOT / "mkdocs.yml"
 CI_RUN = ROOT / ".ci" / "run"
-#: The virtual environment running the tests: the scratch clone's ``.venv``.
-VENV = Path(sys.executable).parent.parent
-
-#: The README's first set-up command, byte for byte: the sweep of the bundled tiny list.
-SWEEP_COMMAND = (
-    "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e . && "
-    "HF_HUB_OFFLINE=1 .venv/bin/pytest --neuron-sweep -n 2"
-)
 README_MAX_LINES = 200
 #: What a fence's language means here (docs/developing.md has the same table for people).
 RUN = ("bash", "sh", "python")
@@ -75,10 +62,6 @@ PARSE = ("toml",)
 NOT_RUN = ("console", "text")
 #: Seconds one block may take: a runnable block must be cheap.
 BLOCK_TIMEOUT = 300
-#: Names never copied into the scratch clone: what git ignores, and git itself.
-NOT_CLONED_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
-NOT_CLONED_AT_TOP = {".venv", "results", "site", "page", ".benchmarks", ".neuronsupport-cache"}
-NOT_CLONED_AT_TOP |= {"build", "dist"}
 
 
 @dataclass(frozen=True)
@@ -306,80 +289,10 @@ def test_blocks_not_run_here_say_why(block: Block) -> None:
     pytest.skip(f"{block.where}: {reason}")
 
 
-def _not_cloned(folder: str, names: list[str]) -> set[str]:
-    top = Path(folder).resolve() == ROOT
-    return {
-        name
-        for name in names
-        if name in NOT_CLONED_ANYWHERE
-        or (top and name in NOT_CLONED_AT_TOP)
-        or name.endswith(".egg-info")
-    }
-
-
-@dataclass(frozen=True)
-class Scratch:
-    """The prepared clone, and what every command run in a copy of it shares."""
-
-    clone: Path
-    cache: Path
-    leases: Path
-
-    def env(self, clone: Path) -> dict[str, str]:
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NEURONSUPPORT_"))
-        }
-        env.update(
-            HF_HUB_OFFLINE="1",
-            PYTHONPATH=str(clone),
-            NEURONSUPPORT_CACHE=str(self.cache),
-            NEURONSUPPORT_LEASES=str(self.leases),
-            PYTEST_ADDOPTS="-o neuron_backend=aot_eager",
-        )
-        return env
-
-
-def run_command(
-    argv: list[str], clone: Path, env: dict[str, str], timeout: float
-) -> tuple[int, str]:
-    """Run ``argv`` in ``clone``: its exit status and its output (stdout and stderr)."""
-    try:
-        done = subprocess.run(
-            argv,
-            cwd=clone,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        output = exc.output or ""
-        text = output.decode(errors="replace") if isinstance(output, bytes) else output
-        return 124, f"{text}\n[timed out after {timeout} s]"
-    return done.returncode, done.stdout
-
-
 @pytest.fixture(scope="session")
 def fresh_clone(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Scratch:
     """The repository copied as a fresh clone, after the first set-up command's sweep."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, above each worker's own: one sweep for all
-    scratch = Scratch(base / "docs-clone", zoo_cache, base / "docs-leases")
-    with FileLock(str(base / "docs-clone.lock")):
-        if not (base / "docs-clone.done").exists():
-            shutil.rmtree(scratch.clone, ignore_errors=True)
-            shutil.copytree(ROOT, scratch.clone, ignore=_not_cloned, symlinks=True)
-            (scratch.clone / ".venv").symlink_to(VENV, target_is_directory=True)
-            sweep = SWEEP_COMMAND.split(" && ")[-1]
-            assert sweep.startswith("HF_HUB_OFFLINE=1 .venv/bin/pytest --neuron-sweep")
-            env = scratch.env(scratch.clone)
-            code, output = run_command(["bash", "-e", "-c", sweep], scratch.clone, env, 1200)
-            assert code == 0, f"the first set-up command's sweep failed ({code}):\n{output}"
-            assert list((scratch.clone / "results" / "data").glob("*/*.parquet")), output
-            (base / "docs-clone.done").touch()
-    return scratch
+    return prepared(zoo_cache, tmp_path_factory)
 
 
 def run_block(block: Block, clone: Path, env: dict[str, str]) -> str | None:

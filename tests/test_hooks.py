@@ -140,7 +140,6 @@ def test_a_hook_adds_a_runner_whose_run_py_stands_alone(sweep: SweepRunner, tmp_
         "zoo:llama",  # inferred: its architecture is the new runner's, the longest suffix
         {"id": "zoo:qwen3", "runner": "next_token"},  # named
         "zoo:gpt2",  # still the built-in dense runner's
-        args=["-n", "2"],
     )
     done.result.assert_outcomes(passed=3)
     assert {m: r["runner"] for m, r in done.rows.items()} == {

@@ -245,9 +245,10 @@ def lines(text: str) -> int:
 #: A run.py as the default sweep writes it is a page: at most this many lines on one core, and
 #: on several cores (the issue "One sweep, many tables").
 ONE_CORE, SEVERAL_CORES = 350, 470
-#: What the English judge adds at most, on one core (where judge_needed renders it too: the
-#: CPU run may fail or not be reproducible, and the judge then decides).
-JUDGE_ON_ONE_CORE = 70
+#: What the English judge adds at most, where the support mode runs a script again with it
+#: (its CPU run failed or did not reproduce itself) or a several-core run's host cannot hold
+#: the model in fp32 (judge_needed).
+JUDGE_MORE = 70
 #: Models as a sweep names them: a zoo model (a folder of the cache, a header line of its own)
 #: and a Hub model (pinned to the commit that ran).
 MODELS = {
@@ -261,14 +262,22 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def default_script(
-    runner: str, device: str, cores: int, head: str | None, model: str, judge: str | None
+    runner: str,
+    device: str,
+    cores: int,
+    head: str | None,
+    model: str,
+    judge: str | None,
+    cpu_failed: bool = False,
 ) -> str:
     """The run.py a sweep with the default options writes (``--neuron-judge`` aside): the
     device's backend, dtype and fullgraph, the default prefill chunk, and the judge wherever
-    :func:`judge_needed` says it can be used."""
+    :func:`judge_needed` says it decides (``cpu_failed``: the script run again when the CPU
+    comparison did not run); on several cores, the CPU comparison too (this host holds the
+    tiny models in fp32)."""
     chosen, dev = RUNNERS.get(runner), DEVICES[device]
     model_id, checkpoint = MODELS[model]
-    judged = judge_needed(chosen, cores, judge)
+    judged = judge_needed(chosen, judge, cpu_compared=not cpu_failed)  # this host holds it
     params = RunParams(
         model_id=model_id,
         checkpoint=checkpoint,
@@ -281,6 +290,7 @@ def default_script(
         revision=None if model == "zoo" else COMMIT,
         prefill_chunk=BY_NAME["prefill-chunk"].default if chosen.generates else None,
         judge=judge if judged else None,
+        cpu_reference=True if chosen.generates and cores > 1 else None,
     )
     plan = ScriptPlan(
         runner_module=chosen.module,
@@ -301,16 +311,16 @@ def test_a_run_py_of_the_default_sweep_is_a_page(
     runner: str, device: str, cores: int, head: str | None
 ) -> None:
     assert BY_NAME["judge"].default == DEFAULT_JUDGE
+    generates = RUNNERS.get(runner).generates
+    budget = SEVERAL_CORES if cores > 1 else ONE_CORE
     for model in MODELS:
         text = default_script(runner, device, cores, head, model, DEFAULT_JUDGE)
         unjudged = default_script(runner, device, cores, head, model, None)  # --neuron-judge none
-        judged = "def judge_english" in text
-        assert judged is (RUNNERS.get(runner).generates and "def judge_english" not in unjudged)
-        if cores > 1:
-            assert lines(text) <= SEVERAL_CORES, model
-        else:
-            assert lines(unjudged) <= ONE_CORE, model
-            assert lines(text) - lines(unjudged) <= (JUDGE_ON_ONE_CORE if judged else 0), model
+        assert text == unjudged and "def judge_english" not in text
+        assert lines(text) <= budget, model
+        again = default_script(runner, device, cores, head, model, DEFAULT_JUDGE, cpu_failed=True)
+        assert ("def judge_english" in again) is generates
+        assert lines(again) - lines(text) <= (JUDGE_MORE if generates else 0), model
 
 
 def test_the_steps_come_first_and_in_the_order_they_run() -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from pytest_neuronsupport.dataset.shared import SharedResults
 from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.modellist import default_lists, parse
 from tests.results_for_tests import pair_of, result_row
 from tests.shared_sweeps import SUPPORT, TINY
 from tests.sweeping import Sweep, SweepRunner, toml_list
@@ -141,14 +142,15 @@ COMPARED = ("result", "runner", "neuron_cores", "cpu_match", "exclusion", "task"
 def test_three_shards_into_s3_with_one_killed_and_retried_equal_one_machine(
     sweep: SweepRunner, tiny_sweep: Sweep, s3: Any, tmp_path: Path
 ) -> None:
-    """The fleet's rows are those of one machine: the tiny list's sweep (its entries of these
-    models are their ids alone, as here)."""
+    """The fleet's rows are those of one machine: the tiny list's sweep (the fleet's list has
+    these models' entries as the tiny list writes them: an id and a task)."""
     models = ["zoo:bert", "zoo:bert-reranker", "zoo:distilbert-sst", "zoo:bert-mlm", "zoo:gpt2"]
     alone = tiny_sweep
     assert all(entry == {"id": entry["id"]} for entry in TINY if entry["id"] in models)
     assert set(alone.rows) >= set(models)
+    tasks = {spec.id: spec.task for spec in parse(default_lists()[0])}
     path = sweep.path / "shards.toml"
-    path.write_text(toml_list({"id": m} for m in models), encoding="utf-8")
+    path.write_text(toml_list({"id": m, "task": tasks[m]} for m in models), encoding="utf-8")
     uri = f"s3://{BUCKET}/fleet"
 
     def shard(index: int) -> subprocess.Popen[bytes]:

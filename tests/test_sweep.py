@@ -22,6 +22,7 @@ from pytest_neuronsupport import zoo
 from pytest_neuronsupport.options import DEFAULT_JUDGE
 from tests.shared_sweeps import (
     MINILM,
+    MISBEHAVING,
     PERTURBED,
     PERTURBED_FOR_CHECKS,
     RAISING,
@@ -60,15 +61,11 @@ def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(tiny_sweep: Sweep) -> N
     several = {"zoo:mixtral", "zoo:llama-2core"}  # sharded over 2 cores by tiny.toml
     for model_id, row in done.rows.items():
         assert row["result"] == "PASS", (model_id, row["error"], row["cpu_match"])
-        if model_id in several:
-            assert row["neuron_cores"] == 2 and row["cpu_match"] is None
-            check = json.loads(row["check"])
-            assert check["cpu_comparison"] == "the run used 2 cores"
-            # the default judge is a Hub model: offline, it cannot load, and the row says so
-            assert check["judge"].startswith(f"the judge {DEFAULT_JUDGE} could not run: ")
-        else:
-            assert row["neuron_cores"] == 1 and row["cpu_match"] == "Y", model_id
-            assert row["reference_reproducible"] is True
+        # on 2 cores too, the tokens are the single-process CPU fp32 run's (this host holds
+        # the model in fp32): no judge
+        assert row["neuron_cores"] == (2 if model_id in several else 1), model_id
+        assert row["cpu_match"] == "Y" and row["checked_by"] == "cpu", model_id
+        assert row["reference_reproducible"] is True and row["english"] is None
         assert row["runner"] in (
             "run_dense",
             "run_dense_ep",
@@ -310,26 +307,28 @@ def test_bf16_passes_at_a_near_tie_and_records_the_margin(sweep: SweepRunner) ->
 
 
 def test_an_unchecked_pass_is_its_own_column_and_can_fail_the_session(sweep: SweepRunner) -> None:
-    """On 2 cores the CPU comparison does not run and the default judge (a Hub model) cannot
-    load offline: a PASS that compared nothing, which --neuron-require-check refuses."""
-    entries = {entry["id"]: entry for entry in TINY}
+    """A run whose CPU reference cannot load (a test double) is run again with the default
+    judge, a Hub model that cannot load offline: a PASS that compared nothing, which
+    --neuron-require-check refuses."""
     done = sweep.run(
-        entries["zoo:llama"], entries["zoo:llama-2core"], args=["--neuron-require-check"]
+        "zoo:llama",
+        "zoo:gpt2",
+        backend=MISBEHAVING,
+        args=["--neuron-require-check"],
+        env={"NEURONSUPPORT_TEST_MISBEHAVIOUR": "zoo:gpt2=cpu-run-fails"},
     )
     done.result.assert_outcomes(passed=2)  # the tests stay PASS; the session fails
     assert done.result.ret == pytest.ExitCode.TESTS_FAILED
-    checked, unchecked = done.rows["zoo:llama"], done.rows["zoo:llama-2core"]
+    checked, unchecked = done.rows["zoo:llama"], done.rows["zoo:gpt2"]
     assert checked["result"] == "PASS" and checked["checked_by"] == "cpu"
     assert unchecked["result"] == "PASS" and unchecked["checked_by"] == "none"
-    assert (
-        " | unchecked: no CPU comparison (the run used 2 cores), the judge " in unchecked["notes"]
-    )
-    assert done.junit["zoo:llama-2core"]["checked_by"] == "none"
+    assert " | unchecked: no CPU comparison (the CPU run failed: " in unchecked["notes"]
+    assert json.loads(unchecked["check"])["judge"].startswith(f"the judge {DEFAULT_JUDGE} ")
+    assert done.junit["zoo:gpt2"]["checked_by"] == "none"
     done.result.stdout.fnmatch_lines(
         [
             "1 PASS, 1 PASS unchecked: judge unavailable",
-            "PASS unchecked zoo:llama-2core  judge unavailable",
-            "--neuron-require-check: 1 PASS compared with nothing, the session fails: "
-            "zoo:llama-2core",
+            "PASS unchecked zoo:gpt2  judge unavailable",
+            "--neuron-require-check: 1 PASS compared with nothing, the session fails: zoo:gpt2",
         ]
     )

@@ -93,10 +93,17 @@ class Script:
     key: Any = None
     #: Whatever the mode needs again in :meth:`Mode.run`.
     state: Any = None
+    #: The hashes of the other scripts a run of this one may end as (the support mode's
+    #: one-core run again with the judge): a row recorded with one of them is unchanged too.
+    variants: tuple[str, ...] = ()
 
     @property
     def sha256(self) -> str:
         return sha256(self.text)
+
+    def stands_for(self, recorded: Mapping[str, Any]) -> bool:
+        """Whether ``recorded`` is this script's row: it ran this script, or a variant."""
+        return recorded["run_py_sha256"] in (self.sha256, *self.variants)
 
 
 class Mode(Protocol):
@@ -212,7 +219,7 @@ def test(
                 recorded = None
                 if script.key is not None and not sweep.settings.rerun:
                     recorded = sweep.recorded(mode.table, script.key)
-                if recorded is not None and recorded["run_py_sha256"] == script.sha256:
+                if recorded is not None and script.stands_for(recorded):
                     why = unchanged_reason(recorded)
                     return ModeOutcome(name, spec.id, unchanged=True, reason=why)
                 if mode.budgeted and not sweep.budget.take():

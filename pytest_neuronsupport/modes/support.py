@@ -7,7 +7,9 @@ parameters (:mod:`pytest_neuronsupport.pipeline.render`), run isolated on the co
 was sized for with its CPU reference (the file that holds or will hold it). A run whose load
 fails for a library transformers says is missing runs once more with it
 (:func:`~pytest_neuronsupport.pipeline.packages.missing_library`); its row is the second run's,
-saying so. With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
+saying so. So a generating run whose CPU run failed or did not reproduce itself: it runs once
+more with the English judge in its script, which then decides (:func:`judged_again`).
+With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
 (:mod:`pytest_neuronsupport.pipeline.minify`).
 """
 
@@ -34,6 +36,7 @@ from pytest_neuronsupport.pipeline.render import (
     render,
     sha256,
 )
+from pytest_neuronsupport.pipeline.sizing import host_holds_fp32
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 
@@ -59,7 +62,9 @@ class Support:
     def script(self, sweep: Sweep, planned: Plan, base: dict[str, Any]) -> Script:
         text = render(*script_parts(sweep, planned), sweep.stack)
         path = layout.run_py_path(sweep.settings.results, sweep.pair, planned.spec.id)
-        return Script(text, path, key=planned.spec.id)
+        judged = render(*script_parts(sweep, planned, cpu_failed=True), sweep.stack)
+        variants = (sha256(judged),) if judged != text else ()
+        return Script(text, path, key=planned.spec.id, variants=variants)
 
     def run(
         self, sweep: Sweep, planned: Plan, script: Script, base: dict[str, Any]
@@ -75,6 +80,9 @@ class Support:
             text = render(*script_parts(sweep, planned, needs), sweep.stack)
             retried = attempt(sweep, planned, needs, run_py, text)
             fields = classify.retried(retried, missing, fields)
+        if judged_again(sweep, planned, fields):  # the CPU comparison did not run after all
+            text = render(*script_parts(sweep, planned, needs, cpu_failed=True), sweep.stack)
+            fields = classify.judged_again(attempt(sweep, planned, needs, run_py, text), fields)
         if s.minify and minify.wanted(fields, planned.cores):
             fields = minified(sweep, planned, needs, run_py, fields)
         assert planned.runner is not None
@@ -90,21 +98,40 @@ class Support:
         return [{**base, **fields}]
 
 
+def judged_again(sweep: Sweep, planned: Plan, fields: Mapping[str, Any]) -> bool:
+    """Whether a run runs again with the English judge: a judge is set, and the run's output
+    went unchecked because its CPU run failed or did not reproduce itself, with no judge in
+    its script (:func:`~pytest_neuronsupport.pipeline.classify.left_to_a_judge`)."""
+    assert planned.runner is not None
+    can = judge_needed(planned.runner, sweep.judge, cpu_compared=False)
+    return can and classify.left_to_a_judge(fields)
+
+
+def cpu_compared(planned: Plan) -> bool:
+    """Whether a run's output is to be held against the CPU fp32 run's: on one core, and on
+    several where the host's memory holds the model in fp32."""
+    return planned.cores == 1 or host_holds_fp32(planned.weight_bytes)
+
+
 def script_parts(
-    sweep: Sweep, planned: Plan, needs: tuple[str, ...] | None = None
+    sweep: Sweep, planned: Plan, needs: tuple[str, ...] | None = None, cpu_failed: bool = False
 ) -> tuple[RunParams, ScriptPlan]:
     """What the model's ``run.py`` is made of: its parameters and its code (and the packages it
-    needs beyond the stack: the list entry's, unless ``needs`` says otherwise)."""
+    needs beyond the stack: the list entry's, unless ``needs`` says otherwise; the English
+    judge where the CPU comparison will not run, or did not (``cpu_failed``: see
+    :func:`judged_again`))."""
     s, runner = sweep.settings, planned.runner
     assert runner is not None
-    judged = judge_needed(runner, planned.cores, sweep.judge)
+    compared = cpu_compared(planned)
+    judged = judge_needed(runner, sweep.judge, compared and not cpu_failed)
+    several = planned.cores > 1
     params = RunParams(
         **sweep.run_fields(planned.spec.id, planned.checkpoint, planned.revision, runner.name),
         cores=planned.cores,
         prefill_chunk=s.prefill_chunk if runner.generates else None,
         judge=sweep.judge if judged else None,
+        cpu_reference=compared if runner.generates and several else None,
     )
-    several = planned.cores > 1
     code = ScriptPlan(
         runner_module=runner.module,
         runner_entry=runner.entry_for(planned.config, planned.cores, planned.spec.task),

@@ -33,6 +33,9 @@ from pytest_neuronsupport.pipeline.packages import PackageError
 from pytest_neuronsupport.pipeline.plan import Exclusion
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
+#: How a run's ``check`` says that no judge was in its script
+#: (:func:`pytest_neuronsupport.runners.lib.generation.unchecked`).
+NO_JUDGE = "none configured"
 #: The pytest outcome of each result.
 PYTEST_OUTCOMES = {result: "passed" if result is Result.PASS else "failed" for result in Result}
 PYTEST_OUTCOMES[Result.EXCLUDED] = "skipped"
@@ -64,6 +67,25 @@ def retried(fields: Mapping[str, Any], package: str, first: Mapping[str, Any]) -
             f"--- the first run, without {package}: {first.get('result')} ---\n{first['error']}"
         )
         done["error"] = f"{done.get('error') or ''}\n{before}".lstrip("\n")
+    return done
+
+
+def left_to_a_judge(fields: Mapping[str, Any]) -> bool:
+    """Whether a generating run's output went unchecked for want of a judge: a PASS whose CPU
+    comparison did not run (its CPU run failed, or did not reproduce itself) and no judge ran."""
+    check = fields.get("check")
+    details = json.loads(check) if isinstance(check, str) else dict(check or {})
+    judge = details.get("judge")
+    unjudged = isinstance(judge, str) and judge.startswith(NO_JUDGE)
+    return fields.get("result") == Result.PASS and bool(details.get("cpu_comparison")) and unjudged
+
+
+def judged_again(fields: Mapping[str, Any], first: Mapping[str, Any]) -> dict[str, Any]:
+    """The row fields of a one-core run run again with the English judge (its first run's
+    CPU comparison did not run): the second run's, ``notes`` saying why."""
+    done = dict(fields)
+    said = "run again with the judge (the CPU comparison did not run)"
+    done["notes"] = f"{said}: {fields['notes']}" if fields.get("notes") else said
     return done
 
 
@@ -134,7 +156,7 @@ def unchecked_reason(check: Mapping[str, Any]) -> tuple[str, str]:
         kind = "CPU reference failed" if "failed" in str(skipped) else "CPU reference unusable"
         return kind, str(skipped)
     if cpu and isinstance(judge, str):  # a decoder: no CPU comparison, and no judge's answer
-        kind = "no judge" if judge.startswith("none configured") else "judge unavailable"
+        kind = "no judge" if judge.startswith(NO_JUDGE) else "judge unavailable"
         return kind, f"no CPU comparison ({cpu}), {'no judge' if kind == 'no judge' else judge}"
     if cpu:
         return "no CPU comparison", str(cpu)

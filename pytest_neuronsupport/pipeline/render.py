@@ -72,9 +72,16 @@ class RunParams:
     prefill_chunk: int | None = None
     #: Generating runners: the English judge's checkpoint (None: no judge).
     judge: str | None = None
+    #: Generating runners on several cores: whether rank 0 holds the tokens against the CPU
+    #: fp32 run (the host's memory holds the model in fp32). None on one core, where it always
+    #: does, and left out of ``PARAMS`` there.
+    cpu_reference: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if values["cpu_reference"] is None:
+            del values["cpu_reference"]
+        return values
 
 
 @dataclass(frozen=True)
@@ -105,17 +112,17 @@ class ScriptPlan:
     entry_module: str = ENTRY_MODULE
 
 
-def judge_needed(runner: Runner, cores: int, judge: str | None) -> bool:
-    """Whether a run's script holds the English judge: where it can decide, when one is set.
+def judge_needed(runner: Runner, judge: str | None, cpu_compared: bool) -> bool:
+    """Whether a run's script holds the English judge: where it decides, when one is set.
 
     The judge decides a generating run's output where the CPU comparison does not run (the
-    spec's "decoders on several cores, or when the CPU run cannot complete"). On several
-    cores that is every run; on one core, a run whose CPU fp32 run fails or does not reproduce
-    itself (:func:`~pytest_neuronsupport.runners.lib.generation.generate_and_check`), which
-    the script cannot know before it runs: so a generating runner's script holds the judge on
-    one core as on several. An encoder's check is its own (a reference that cannot run leaves
-    it unchecked): never a judge."""
-    return judge is not None and runner.generates
+    spec's "when the CPU run cannot complete"): on several cores when the host's memory cannot
+    hold the model in fp32, which the sweep knows before the run (``cpu_compared`` false); or
+    when the CPU run failed or did not reproduce itself, which is known only once the script
+    has run: the support mode then runs it again with the judge
+    (:func:`pytest_neuronsupport.modes.support.judged_again`). An encoder's check is its own (a
+    reference that cannot run leaves it unchecked): never a judge."""
+    return judge is not None and runner.generates and not cpu_compared
 
 
 # --- writing the script --------------------------------------------------------------------------

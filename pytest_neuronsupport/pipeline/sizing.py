@@ -11,6 +11,7 @@ device has. A list entry's ``cores = N`` forces the count of a runner that shard
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -125,3 +126,29 @@ def size(planned: Plan, *, max_cores: int, device_cores: int, core_capacity_gb: 
     )
     why = f"needs {needed} cores ({size}{core_capacity_gb:g} GB a core); {where}"
     return replace(planned, exclusion=Exclusion("too-large", why))
+
+
+#: The share of the host's available memory a several-core run's CPU fp32 reference may take
+#: (its weights, twice their bf16 bytes; the rest is for the run itself and the activations).
+HOST_SHARE = 0.5
+
+
+def host_holds_fp32(weight_bytes: int | None) -> bool:
+    """Whether the host's available memory holds a model in fp32, for the CPU reference of a
+    several-core run: its fp32 weights at most :data:`HOST_SHARE` of the available memory.
+    A model of unknown size is tried (a reference that cannot run leaves it to the judge)."""
+    if weight_bytes is None:
+        return True
+    return 2 * weight_bytes <= HOST_SHARE * available_memory_bytes()
+
+
+def available_memory_bytes() -> int:
+    """The host's available memory: ``MemAvailable`` in /proc/meminfo, else the free pages."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

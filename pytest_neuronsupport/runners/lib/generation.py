@@ -3,10 +3,11 @@ static cache, compiled, and their check.
 
 A runner (dense, dense_ep, seq2seq, multimodal) describes its model in a :class:`Generation` and
 calls :func:`generate_and_check` on one core: the tokens are held against a CPU fp32 run's. On
-several cores each rank calls :func:`generate_on_ranks` with its share of the model. Where the
-CPU comparison does not run (several cores, or a CPU run that cannot complete), the verdict says
-so, and the English judge (:mod:`~pytest_neuronsupport.runners.lib.judge`) decides when one is
-set.
+several cores each rank calls :func:`generate_on_ranks` with its share of the model, and rank 0
+holds the tokens against the same single-process CPU fp32 run when the host's memory holds the
+model in fp32 (``PARAMS["cpu_reference"]``, decided by the sweep). Where the CPU comparison
+does not run (a host too small, a CPU run that cannot complete), the verdict says so, and the
+English judge (:mod:`~pytest_neuronsupport.runners.lib.judge`) decides when one is set.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dic
     """One core: load, compile, generate; then hold the tokens against the CPU's."""
     device = params["device"]
     load = functools.partial(load_pretrained, gen.model_class, params, params["dtype"], device)
-    verdict = generate(params, ops, gen, load, device)
+    return checked(params, gen, generate(params, ops, gen, load, device))
+
+
+def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The verdict with its tokens held against the CPU fp32 run's (computed, or cached)."""
     gc.collect()  # the device's copy of the model is gone: room for the CPU's
     phase("reference")
     try:
@@ -68,13 +73,16 @@ def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dic
 def generate_on_ranks(
     params: dict[str, Any], ops: Any, gen: Generation, sharding: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Several cores, in each rank: load this rank's shard, compile, generate; the verdict on
-    rank 0 (the English judge, if one is set, decides), None on the others."""
+    """Several cores, in each rank: load this rank's shard, compile, generate; on rank 0 the
+    tokens held against the CPU fp32 run where the host's memory holds the model in fp32
+    (else the English judge, if one is set, decides), None on the others."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ops.setup_rank(rank, world)
     load = functools.partial(load_sharded, gen.model_class, params, sharding)
     verdict = generate(params, ops, gen, load, ops.rank_device(rank))
-    return unchecked(verdict, f"the run used {world} cores") if rank == 0 else None
+    if rank == 0 and not params.get("cpu_reference"):
+        return unchecked(verdict, f"the run used {world} cores; the host cannot hold it in fp32")
+    return checked(params, gen, verdict) if rank == 0 else None
 
 
 def generate(
@@ -128,14 +136,9 @@ def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, A
     """This rank's share of the model (``DistributedConfig(**sharding)``), in the run's dtype."""
     from transformers.distributed import DistributedConfig  # type: ignore[attr-defined]
 
-    model = model_class.from_pretrained(
-        params["checkpoint"],
-        revision=params.get("revision"),
-        dtype=torch_dtype(params["dtype"]),
-        trust_remote_code=False,
-        distributed_config=DistributedConfig(**sharding),
-    )
-    return model.eval()
+    options = dict(revision=params.get("revision"), dtype=torch_dtype(params["dtype"]))
+    sharded = dict(distributed_config=DistributedConfig(**sharding), trust_remote_code=False)
+    return model_class.from_pretrained(params["checkpoint"], **options, **sharded).eval()
 
 
 def unchecked(verdict: dict[str, Any], why: str) -> dict[str, Any]:
