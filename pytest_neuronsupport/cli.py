@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_neuronsupport import __version__, baseline, options, zoo
+from pytest_neuronsupport import __version__, baseline, options, settings, zoo
 from pytest_neuronsupport.dataset.store import UnreadableResultsError
 
 
@@ -398,7 +398,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     uri = str(args.results)
     shared = is_shared(uri)
-    folder = options.shared_copy(options.default_cache(), uri) if shared else _results_dir(args)
+    folder = settings.shared_copy(options.default_cache(), uri) if shared else _results_dir(args)
     try:
         merged = open_results(folder, uri if shared else None).merge()
     except ResultsError as exc:

@@ -1,5 +1,6 @@
 """The options of a sweep, defined once: pytest's flags and ini keys, the ``neuronsupport``
-command's flags, the :class:`Settings` they resolve to, and their reference page.
+command's flags, and their reference page (the :class:`~pytest_neuronsupport.settings.Settings`
+they resolve to are in :mod:`pytest_neuronsupport.settings`).
 
 Each :class:`Option` of :data:`OPTIONS` is ``--neuron-<name>`` and the ini key
 ``neuron_<name>`` in pytest, and ``--<name>`` for the commands of ``neuronsupport`` that take it
@@ -8,37 +9,29 @@ which wins over the default. Paths given as flags are relative to the folder pyt
 ini keys, to the ini file's folder.
 
 An option's default is its declaration's, and only there: the help texts, the ini keys, the
-command's flags, the :class:`Settings` fields and the reference page
+command's flags, the ``Settings`` fields and the reference page
 (``python -m pytest_neuronsupport.options > docs/options.md``) all read it from
 :data:`OPTIONS`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_neuronsupport import devices
-from pytest_neuronsupport.dataset.layout import is_hub, is_shared
-from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import (
-    ModelListError,
-    default_lists,
     parse_io,
     parse_sizes,
-    resolve_paths,
 )
 from pytest_neuronsupport.pricing import PRICES
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
-from pytest_neuronsupport.shards import Shard, ShardError, from_environment
-from pytest_neuronsupport.shards import parse as parse_shard
 
 ISOLATIONS = ("fork", "fresh")
 #: The English judge unless told otherwise: a small instruct model, pinned to one commit.
@@ -76,7 +69,7 @@ class Option:
     default: Any = None
     #: The default in words, where it is not a plain value: a computed one, or the device's.
     described: str | None = None
-    #: Reads a "text" option's value (given or default) into what :class:`Settings` holds.
+    #: Reads a "text" option's value (given or default) into what ``Settings`` holds.
     parse: Callable[[str], Any] | None = None
 
     @property
@@ -101,13 +94,13 @@ class Option:
         return f"{self.help}{more} (default{':' if self.described else ''} {default})"
 
     def default_value(self) -> Any:
-        """The default as :class:`Settings` holds it (computed, parsed); None: no default."""
+        """The default as ``Settings`` holds it (computed, parsed); None: no default."""
         if self.kind == "flag":
             return False
         default = self.default() if callable(self.default) else self.default
         if default is None or self.kind in ("path", "paths"):
             return default
-        return _parsed(self, str(default))
+        return parsed_value(self, str(default))
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -300,7 +293,7 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def _parsed(option: Option, text: str) -> Any:
+def parsed_value(option: Option, text: str) -> Any:
     """The value of ``text`` given for ``option`` (a flag, an ini key or its default).
 
     Raises:
@@ -333,7 +326,7 @@ def _parsed(option: Option, text: str) -> Any:
 
 
 def declared(name: str) -> Any:
-    """Option ``name``'s default, as :class:`Settings` holds it."""
+    """Option ``name``'s default, as ``Settings`` holds it."""
     return BY_NAME[name].default_value()
 
 
@@ -379,201 +372,6 @@ def add_ini(parser: pytest.Parser) -> None:
             parser.addini(f"neuron_{option.dest}", option.help_text("; one per line"), type="paths")
         elif option.kind != "flag":
             parser.addini(f"neuron_{option.dest}", option.help_text(), default=None)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The resolved options of one sweep (the defaults are the options' declared ones)."""
-
-    lists: tuple[Path, ...]
-    device: Device
-    backend: str
-    dtype: str
-    results: Path
-    cache: Path
-    timeout_s: float
-    #: Where runs start (their working directory): the folder pytest was invoked from.
-    workdir: Path
-    isolation: str = declared("isolation")
-    limit: int | None = declared("limit")
-    rerun: bool = declared("rerun")
-    #: On a failure, shrink the failing graph into repro.py (within ``minify_timeout_s``).
-    minify: bool = declared("minify")
-    minify_timeout_s: float = declared("minify-timeout")
-    max_memory_gb: float | None = declared("max-memory")
-    max_cores: int = declared("max-cores")
-    #: Memory of one core for sizing; None: the device's own figure.
-    core_memory_gb: float | None = declared("core-memory")
-    #: Generating runners prefill in chunks of this many tokens (None: in one pass).
-    prefill_chunk: int | None = declared("prefill-chunk")
-    #: The English judge: a Hub id (``id@revision`` pins it), a local checkpoint or a zoo
-    #: model (None: no judge).
-    judge: str | None = declared("judge")
-    #: Expected results to hold the sweep against (None: no check).
-    baseline: Path | None = declared("baseline")  # noqa: RUF009 (None: Path is immutable anyway)
-    baseline_allow_improvements: bool = declared("baseline-allow-improvements")
-    #: An unchecked PASS fails the session (``--neuron-require-check``).
-    require_check: bool = declared("require-check")
-    #: The shared dataset (``s3://...``, ``hf://datasets/...``) that ``results``, then a local
-    #: copy, stands for.
-    shared: str | None = None
-    #: The baseline as a file of a Hub dataset repo (``hf://datasets/ORG/NAME/PATH``), read
-    #: instead of ``baseline``.
-    baseline_uri: str | None = None
-    #: The part of the lists this machine runs (None: all of it).
-    shard: Shard | None = None
-    #: Where this machine's core leases live (one folder for every sweep on the machine).
-    leases: Path = field(default_factory=lambda: declared("leases"))
-    #: Every entry is a training test (``--neuron-train``).
-    train: bool = declared("train")
-    #: The training batch search's cap.
-    train_max_batch: int = declared("train-max-batch")
-    #: Benchmark each model after its support run (``--neuron-bench``), and how.
-    bench: bool = declared("bench")
-    bench_batch: tuple[int, ...] = declared("bench-batch")
-    bench_seq_len: tuple[int, ...] = declared("bench-seq-len")
-    bench_io: tuple[tuple[int, int], ...] = declared("bench-io")
-    bench_rounds: int = declared("bench-rounds")
-    bench_warmup: int = declared("bench-warmup")
-    bench_replicas: int = declared("bench-replicas")
-    #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
-    price_per_hour: float | None = declared("price-per-hour")
-    instance: str | None = declared("instance")
-
-    @property
-    def core_capacity_gb(self) -> float:
-        return self.core_memory_gb or self.device.core_capacity_gb()
-
-
-#: The :class:`Settings` field of each option whose field is not named after it.
-SETTING_OF = {
-    "models": "lists",
-    "timeout": "timeout_s",
-    "minify-timeout": "minify_timeout_s",
-    "max-memory": "max_memory_gb",
-    "core-memory": "core_memory_gb",
-}
-
-
-class _Values:
-    """Reads options' values from a pytest config: the flag, else the ini key, else the
-    declared default."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def given(self, name: str) -> tuple[Any, Path]:
-        """The option's flag, else its ini key (None: neither is given), and the folder a path
-        in it is relative to."""
-        dest = f"neuron_{BY_NAME[name].dest}"
-        flag = self.config.getoption(dest)
-        if flag is not None:
-            return flag, self.config.invocation_params.dir
-        ini = self.config.getini(dest) or None
-        base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
-        return ini, base
-
-    def get(self, name: str) -> Any:
-        """The option's value, as :class:`Settings` holds it (None: none, and no default)."""
-        option = BY_NAME[name]
-        if option.kind == "flag":
-            return bool(self.config.getoption(f"neuron_{option.dest}"))
-        if option.kind == "paths":
-            return self.lists()
-        value, base = self.given(name)
-        if value is None:
-            default = option.default_value()
-            if option.kind == "path" and default is not None:
-                # a declared path is relative to the invocation folder, a computed one as it is
-                base = Path() if callable(option.default) else self.config.invocation_params.dir
-                return (base / default).resolve()
-            return default
-        if option.kind == "path":
-            return (base / str(value)).resolve()
-        return _parsed(option, str(value))
-
-    def text(self, name: str) -> str | None:
-        """The option's text as given (None: neither its flag nor its ini key)."""
-        value = self.given(name)[0]
-        return None if value is None else str(value)
-
-    def lists(self) -> list[Path]:
-        flag = self.config.getoption("neuron_models")
-        if flag:
-            return resolve_paths(flag, self.config.invocation_params.dir)
-        ini = [str(p) for p in self.config.getini("neuron_models")]
-        train = bool(self.config.getoption("neuron_train"))
-        return resolve_paths(ini, self.config.rootpath) if ini else default_lists(train)
-
-
-def settings_from(config: pytest.Config) -> Settings:
-    """The settings of a sweep from pytest's flags and ini keys; a bad value is a UsageError."""
-    values = _Values(config)
-    get = values.get
-    try:
-        device = devices.resolve(get("device"))
-        lists = values.lists()
-    except (ModelListError, ValueError) as exc:
-        raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    dtype = get("dtype")
-    limit, max_cores, chunk = (get(n) for n in ("limit", "max-cores", "prefill-chunk"))
-    shard_count = get("shards")
-    try:
-        shard_text = values.text("shard")
-        shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, shard_count)
-    except ShardError as exc:
-        raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    cache = get("cache")
-    results = get("results")
-    shared = values.text("results")
-    if shared is not None and is_shared(shared):
-        results = shared_copy(cache, shared)
-    else:
-        shared = None
-    baseline_text = values.text("baseline")
-    hub_baseline = baseline_text if baseline_text and is_hub(baseline_text) else None
-    return Settings(
-        lists=tuple(lists),
-        device=device,
-        backend=get("backend") or device.default_backend,
-        dtype=device.default_dtype if dtype == "auto" else dtype,
-        results=results,
-        cache=cache,
-        shared=shared,
-        timeout_s=get("timeout"),
-        workdir=config.invocation_params.dir,
-        isolation=get("isolation"),
-        limit=limit,
-        rerun=get("rerun"),
-        minify=get("minify"),
-        minify_timeout_s=get("minify-timeout"),
-        max_memory_gb=get("max-memory"),
-        max_cores=max_cores,
-        core_memory_gb=get("core-memory"),
-        prefill_chunk=chunk or None,
-        judge=None if (judge := get("judge")) in (None, "none") else judge,
-        baseline=None if hub_baseline else get("baseline"),
-        baseline_uri=hub_baseline,
-        baseline_allow_improvements=get("baseline-allow-improvements"),
-        require_check=get("require-check"),
-        shard=shard,
-        leases=get("leases"),
-        train=get("train"),
-        train_max_batch=get("train-max-batch"),
-        **bench_settings(values),
-    )
-
-
-def shared_copy(cache: Path, uri: str) -> Path:
-    """The local copy a sweep works on for the shared dataset ``uri``: one per URI, in the
-    cache."""
-    return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
-
-
-def bench_settings(values: _Values) -> dict[str, Any]:
-    """The benchmark's settings (``--neuron-bench*``, the price)."""
-    names = [*(o.name for o in OPTIONS if o.name.startswith("bench")), "price-per-hour", "instance"]
-    return {BY_NAME[name].dest: values.get(name) for name in names}
 
 
 #: The page ``reference_markdown`` writes, and the command that writes it.

@@ -35,10 +35,10 @@ from pytest_neuronsupport.dataset.tables import register, table_named
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.progress import Progress, recorded_costs
 from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
 #: The report attribute that carries a model's outcomes, one per mode (plain types).
@@ -49,12 +49,12 @@ def configure(config: pytest.Config) -> SweepSession:
     """The sweep's session, from the options: settings, runners, modes, the model lists as
     the session's collection arguments, the baseline; registered as a plugin. Bad options are
     a ``UsageError`` naming them."""
-    from pytest_neuronsupport import options
     from pytest_neuronsupport.backends import check_backend
     from pytest_neuronsupport.runners import entry_point_runners
+    from pytest_neuronsupport.settings import settings_from
 
     config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
-    settings, hooks = options.settings_from(config), Hooks(config)
+    settings, hooks = settings_from(config), Hooks(config)
     try:
         store = open_results(settings.results, settings.shared)
     except ResultsError as exc:

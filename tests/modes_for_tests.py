@@ -19,10 +19,10 @@ import pyarrow as pa
 from pytest_neuronsupport.dataset.schema import RUN_FIELDS, Table
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.sizing import checkpoint_parameters
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.settings import Settings
 
 PARAMS = Table(
     "params",

@@ -15,9 +15,9 @@ from pytest_neuronsupport.dataset import tables
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import installed_stack
 from tests.modes_for_tests import (
     CONFTEST,

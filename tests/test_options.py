@@ -15,7 +15,8 @@ import pytest
 
 from pytest_neuronsupport import cli, options
 from pytest_neuronsupport.modellist import default_lists
-from pytest_neuronsupport.options import BY_NAME, OPTIONS, SETTING_OF, Settings, settings_from
+from pytest_neuronsupport.options import BY_NAME, OPTIONS
+from pytest_neuronsupport.settings import SETTING_OF, Settings, settings_from
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = Path(sys.executable).parent / "neuronsupport"

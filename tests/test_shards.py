@@ -111,7 +111,8 @@ def test_shards_of_a_sweep_run_disjoint_parts_whose_union_is_the_list(
 def test_every_sweep_on_a_machine_leases_from_one_place(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from pytest_neuronsupport.options import default_leases, settings_from
+    from pytest_neuronsupport.options import default_leases
+    from pytest_neuronsupport.settings import settings_from
 
     monkeypatch.delenv("NEURONSUPPORT_LEASES", raising=False)
     one = settings_from(pytester.parseconfig("--neuron-sweep", "--neuron-cache", "a"))

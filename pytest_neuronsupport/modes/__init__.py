@@ -34,11 +34,11 @@ from typing import Any, Protocol
 
 from pytest_neuronsupport.dataset.schema import Table, row_to_json, validate_row
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import sha256
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
 __all__ = [

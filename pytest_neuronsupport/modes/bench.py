@@ -23,7 +23,6 @@ from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.peaks import documented as documented_peaks
 from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
@@ -32,6 +31,7 @@ from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, 
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib import measures
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.settings import Settings
 
 #: The run-side module the benchmark scripts are made of (its entry and the script's).
 BENCH_MODULE = "pytest_neuronsupport.runners.lib.bench"

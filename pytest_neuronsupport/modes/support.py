@@ -24,7 +24,6 @@ from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan
@@ -39,6 +38,7 @@ from pytest_neuronsupport.pipeline.render import (
 from pytest_neuronsupport.pipeline.sizing import host_holds_fp32
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+from pytest_neuronsupport.settings import Settings
 
 
 class Support:

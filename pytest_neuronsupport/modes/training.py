@@ -25,13 +25,13 @@ from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+from pytest_neuronsupport.settings import Settings
 
 #: The run-side module the training scripts are made of, and its entry.
 TRAINING_MODULE = "pytest_neuronsupport.runners.lib.training"

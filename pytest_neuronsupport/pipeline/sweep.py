@@ -20,7 +20,6 @@ from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
-from pytest_neuronsupport.options import Settings
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
@@ -28,6 +27,7 @@ from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
 #: What every run's environment has unless the sweep's says otherwise.
