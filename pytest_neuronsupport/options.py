@@ -26,10 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import devices
-from pytest_neuronsupport.modellist import (
-    parse_io,
-    parse_sizes,
-)
+from pytest_neuronsupport.modellist import parse_io, parse_sizes
 from pytest_neuronsupport.pricing import PRICES
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 

@@ -93,8 +93,8 @@ class Script:
     key: Any = None
     #: Whatever the mode needs again in :meth:`Mode.run`.
     state: Any = None
-    #: The hashes of the other scripts a run of this one may end as (the support mode's
-    #: one-core run again with the judge): a row recorded with one of them is unchanged too.
+    #: The hashes of the other scripts a run of this one may end as (the support mode's run
+    #: again with the English judge): a row recorded with one of them is unchanged too.
     variants: tuple[str, ...] = ()
 
     @property

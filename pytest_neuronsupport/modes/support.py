@@ -62,8 +62,11 @@ class Support:
     def script(self, sweep: Sweep, planned: Plan, base: dict[str, Any]) -> Script:
         text = render(*script_parts(sweep, planned), sweep.stack)
         path = layout.run_py_path(sweep.settings.results, sweep.pair, planned.spec.id)
-        judged = render(*script_parts(sweep, planned, cpu_failed=True), sweep.stack)
-        variants = (sha256(judged),) if judged != text else ()
+        variants: tuple[str, ...] = ()
+        assert planned.runner is not None
+        if judge_needed(planned.runner, sweep.judge, cpu_compared=False):  # it may run again
+            judged = render(*script_parts(sweep, planned, cpu_failed=True), sweep.stack)
+            variants = (sha256(judged),) if judged != text else ()
         return Script(text, path, key=planned.spec.id, variants=variants)
 
     def run(
@@ -82,7 +85,7 @@ class Support:
             fields = classify.retried(retried, missing, fields)
         if judged_again(sweep, planned, fields):  # the CPU comparison did not run after all
             text = render(*script_parts(sweep, planned, needs, cpu_failed=True), sweep.stack)
-            fields = classify.judged_again(attempt(sweep, planned, needs, run_py, text), fields)
+            fields = classify.judged_again(attempt(sweep, planned, needs, run_py, text))
         if s.minify and minify.wanted(fields, planned.cores):
             fields = minified(sweep, planned, needs, run_py, fields)
         assert planned.runner is not None

@@ -80,9 +80,9 @@ def left_to_a_judge(fields: Mapping[str, Any]) -> bool:
     return fields.get("result") == Result.PASS and bool(details.get("cpu_comparison")) and unjudged
 
 
-def judged_again(fields: Mapping[str, Any], first: Mapping[str, Any]) -> dict[str, Any]:
-    """The row fields of a one-core run run again with the English judge (its first run's
-    CPU comparison did not run): the second run's, ``notes`` saying why."""
+def judged_again(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The row fields of a run run again with the English judge (its first run's CPU
+    comparison did not run): the second run's, ``notes`` saying why."""
     done = dict(fields)
     said = "run again with the judge (the CPU comparison did not run)"
     done["notes"] = f"{said}: {fields['notes']}" if fields.get("notes") else said
