@@ -138,6 +138,7 @@ def test_sigkill_of_the_controller_leaves_no_process_and_loses_no_recorded_row(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
     def hanging() -> bool:
         logs = sweep.results.glob("runs/*/*/zoo--qwen3/output.log")
         return any(f"{PHASE_MARK} gen" in log.read_text() for log in logs)
