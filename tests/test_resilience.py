@@ -91,7 +91,8 @@ def descendants(pid: int) -> set[int]:
         except OSError:  # ended meanwhile
             continue
         parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
