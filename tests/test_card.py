@@ -189,8 +189,8 @@ def test_pairs_are_listed_with_counts_per_result(tmp_path: Path) -> None:
 
 
 def test_the_support_matrix_by_architecture_is_the_coverage_commands(tmp_path: Path) -> None:
-    llama = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
-    odd = {"architecture": "Odd|Net\nForCausalLM", "model_type": "odd"}  # a config by hand
+    llama: dict[str, Any] = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
+    odd: dict[str, Any] = {"architecture": "Odd|Net\nForCausalLM", "model_type": "odd"}  # by hand
     rows = [
         result_row("zoo:llama", **llama),
         result_row("meta/Llama-3-8B", **llama, neuron_cores=2, checked_by="none"),

@@ -45,7 +45,7 @@ A = "inductor-2.13.0 / transformers-5.24.0"
 B = "inductor-2.9.1 / transformers-5.23.0"
 C = "aot_eager-2.13.0 / transformers-5.24.0"
 ZETA_REPRO = "import torch\n# repro.py of org/zeta-lm: <linear> & nothing else\n"
-ZETA_CLASS = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
+ZETA_CLASS: dict[str, Any] = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
 ZETA_BREAKS = ["Data-dependent branching (modeling.py:12 in forward)", "print() (x.py:3 in f)"]
 
 
