@@ -480,6 +480,8 @@ def test_views_without_performance_training_or_architecture_rows_say_so(tmp_path
     assert 'id="no-coverage"' not in text  # its one row names its architecture
     bare = write_page(write_results(tmp_path / "bare", ROWS[3:4]), tmp_path / "bare-site")
     assert 'id="no-coverage"' in bare.read_text(encoding="utf-8")  # mid-t5 names none
+    summary = " ".join(text.split('id="summary">')[1].split("</p>")[0].split())
+    assert summary.startswith("1 row · 1 model · 1 pair")  # no "1 pairs"
 
 
 def test_markup_in_data_stays_text(watched: Watched) -> None:
