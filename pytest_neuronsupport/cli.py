@@ -7,6 +7,7 @@ neuronsupport select --out FILE              a model list from the Hub, as the d
 neuronsupport lookup MODEL                   a model's rows over every pair
 neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
 neuronsupport failures [--pair PAIR]         a pair's failures grouped by cause, with a repro
+neuronsupport coverage [--pair PAIR]...      the support matrix by architecture, over pairs
 neuronsupport baseline update --out FILE     expected results from a dataset
 neuronsupport check --baseline FILE          a dataset held against expected results
 neuronsupport page --out DIR                 a static page to browse the results
@@ -108,6 +109,24 @@ def parser() -> argparse.ArgumentParser:
     _pair(failures, "the pair to group (default: the newest compiler's)")
     failures.add_argument("--format", choices=("text", "json"), default="text")
     _results(failures)
+
+    cover = sub.add_parser(
+        "coverage",
+        help="the support matrix by architecture: one line per model type and head class",
+        description="One line per model type and head class (the rows' model_type and "
+        "architecture, from each checkpoint's config): the result in each pair (oldest "
+        "version first), the runner, cores, graph breaks, the cause of its failures as "
+        "'neuronsupport failures' groups them, and the models it covers.",
+    )
+    cover.add_argument(
+        "--pair",
+        metavar="PAIR",
+        action="append",
+        default=[],
+        help="a pair to show, e.g. inductor-2.13.0/transformers-5.24.0 (repeat it for "
+        "several; default: every pair)",
+    )
+    _results(cover)
 
     base = sub.add_parser("baseline", help="expected results per model, for a CI check")
     base_sub = base.add_subparsers(dest="baseline_command", required=True)
@@ -295,6 +314,14 @@ def _failures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _coverage(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.coverage import coverage_report
+
+    lines = coverage_report(_results_dir(args), args.pair)
+    print("\n".join(lines))
+    return 0 if not lines[0].startswith("no row names its architecture") else 1
+
+
 def _pair_results(results: Path, pair: str) -> tuple[dict[str, str], dict[str, int | None]]:
     """Each model's latest result in the pair, and its graph breaks (None: not recorded)."""
     from pytest_neuronsupport.views.lookup import latest_rows, resolve_pair
@@ -462,6 +489,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("lookup", None): _lookup,
     ("diff", None): _diff,
     ("failures", None): _failures,
+    ("coverage", None): _coverage,
     ("baseline", "update"): _baseline_update,
     ("check", None): _check,
     ("page", None): _page,

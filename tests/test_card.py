@@ -18,6 +18,7 @@ from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, COLUMNS, RESULT_MEA
 from pytest_neuronsupport.dataset.store import UnreadableResultsError
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.card import ALL_CONFIG, SPLIT, card_text, write_card
+from pytest_neuronsupport.views.coverage import coverage
 from tests.results_for_tests import result_row, write_results
 
 CELL_SPLIT = re.compile(r"(?<!\\)\|")
@@ -185,6 +186,39 @@ def test_pairs_are_listed_with_counts_per_result(tmp_path: Path) -> None:
         ("`inductor-2.13.0`", "`transformers-5.25.0.parquet`"): list("1000000100"),
     }
     assert "Of the 2 `PASS` rows, 1 compared their output with nothing" in body
+
+
+def test_the_support_matrix_by_architecture_is_the_coverage_commands(tmp_path: Path) -> None:
+    llama: dict[str, Any] = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
+    odd: dict[str, Any] = {"architecture": "Odd|Net\nForCausalLM", "model_type": "odd"}  # by hand
+    rows = [
+        result_row("zoo:llama", **llama),
+        result_row("meta/Llama-3-8B", **llama, neuron_cores=2, checked_by="none"),
+        result_row("meta/Llama-3-8B", "FAIL(gen)", compiler="aot_eager", **llama),
+        result_row("org/odd", "EXCLUDED", exclusion="no-runner", **odd),
+        result_row("org/before"),  # no architecture: named under the table
+    ]
+    results = write_results(tmp_path / "results", rows)
+    _, body = split_card(card_text(results))
+    assert "## Support by architecture" in body
+    matrix = coverage(results)
+    shown = table_rows(body, "model type")
+    expected = [list(matrix.grid.header), *map(list, matrix.grid.cells)]
+    assert shown == [
+        [cell.replace("\n", " ").replace("|", "\\|") for cell in line] for line in expected
+    ]
+    aot, inductor = (
+        "aot_eager-2.13.0 / transformers-5.24.0",
+        "inductor-2.13.0 / transformers-5.24.0",
+    )
+    assert shown[0][2:4] == [aot, inductor]
+    assert shown[1][:4] == ["llama", "LlamaForCausalLM", "FAIL(gen)", "1 PASS, 1 PASS unchecked"]
+    assert shown[1][-1] == "meta/Llama-3-8B, zoo:llama"
+    assert shown[2][1] == "Odd\\|Net ForCausalLM"  # escaped: the table keeps its columns
+    assert matrix.note is not None and f"\n{matrix.note}\n" in body
+    # no row names its architecture: no section
+    bare = write_results(tmp_path / "bare", [result_row("org/before")])
+    assert "## Support by architecture" not in split_card(card_text(bare))[1]
 
 
 def test_table_cells_survive_pipes_and_newlines_in_data(tmp_path: Path) -> None:

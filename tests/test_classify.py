@@ -111,5 +111,5 @@ def test_a_hook_that_replaces_the_result_moves_checked_by_with_it() -> None:
 
 
 def test_the_column_is_appended_and_documented() -> None:
-    assert COLUMNS[-1] == "checked_by"
+    assert COLUMNS[-3:] == ("checked_by", "architecture", "model_type")  # appended, in turn
     assert "checked_by" in COLUMN_DOCS

@@ -106,6 +106,8 @@ EXPECTED_COLUMNS = (
     "repro_ops_after",
     "repro_ops",
     "checked_by",
+    "architecture",
+    "model_type",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -916,6 +918,37 @@ def test_old_schema_file_reads_through_schema_and_upgrades(tmp_path: Path) -> No
         "zoo:new": None,
         "zoo:old1": "kept",
     }
+
+
+def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
+    tmp_path: Path,
+) -> None:
+    """The previous version's files end with ``checked_by``: ``architecture`` and
+    ``model_type`` were appended after it, and load as null from those files."""
+    before = pa.schema(
+        [f for f in SCHEMA if f.name not in ("architecture", "model_type")],
+        metadata=SCHEMA.metadata,
+    )
+    assert before.names[-1] == "checked_by"
+    old = tmp_path / "data" / PAIR
+    old.parent.mkdir(parents=True)
+    written = rows_to_table([row("zoo:old", checked_by="cpu")]).select(before.names)
+    pq.write_table(written.cast(before), old)
+    table = read_table(old)
+    assert table.schema.equals(SCHEMA, check_metadata=True)
+    assert table.column("architecture").to_pylist() == [None]
+    assert table.column("model_type").to_pylist() == [None]
+    assert table.column("checked_by").to_pylist() == ["cpu"]
+    new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
+    append_rows(tmp_path, [(PAIR, new)])
+    merge_journals(tmp_path)  # and the merge rewrites the file in the current schema
+    assert pq.read_schema(old).names == list(COLUMNS)
+    merged = pq.read_table(old)
+    assert column_by_model(merged, "architecture") == {
+        "zoo:old": None,
+        "zoo:new": "LlamaForCausalLM",
+    }
+    assert column_by_model(merged, "model_type") == {"zoo:old": None, "zoo:new": "llama"}
 
 
 def test_merge_into_old_file_without_upgrade(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ own that records rows in a table of its own without any change to the plugin."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pytest_neuronsupport.dataset import tables
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome
+from pytest_neuronsupport.modes.support import Support
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
@@ -70,6 +72,47 @@ def test_exclusions_and_missing_checkpoints_are_decided_by_the_loop(
     missing = modes.test(mode, sweep, spec("org/gone", path=str(tmp_path / "nowhere")))
     assert missing.rows[0]["result"] == "FAIL(load)"
     assert "config.json" in missing.rows[0]["error"]
+
+
+def test_support_rows_name_the_checkpoints_architecture_excluded_ones_too(
+    tmp_path: Path, zoo_cache: Path
+) -> None:
+    sweep = a_sweep(tmp_path, zoo_cache)
+
+    def checkpoint(name: str, **config: object) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        return str(folder)
+
+    quantized = checkpoint(
+        "q4",
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        quantization_config={"quant_method": "gptq"},
+    )
+    unknown = checkpoint("odd", architectures=["OddNetForWhatever"], model_type="oddnet")
+    remote = checkpoint("remote", model_type="custom", auto_map={"AutoModel": "m.Custom"})
+    found = {
+        model_id: modes.test(Support(), sweep, spec(model_id, path=path)).rows[0]
+        for model_id, path in (("org/q4", quantized), ("org/odd", unknown), ("org/r", remote))
+    }
+    found["org/ahead"] = modes.test(
+        Support(), sweep, spec("org/ahead", exclusion="quantized")
+    ).rows[0]
+    shown = {
+        m: (r["result"], r["exclusion"], r["architecture"], r["model_type"])
+        for m, r in found.items()
+    }
+    assert shown == {
+        "org/q4": ("EXCLUDED", "quantized", "LlamaForCausalLM", "llama"),
+        "org/odd": ("EXCLUDED", "no-runner", "OddNetForWhatever", "oddnet"),
+        "org/r": ("EXCLUDED", "trust-remote-code", None, "custom"),  # its config names no class
+        "org/ahead": ("EXCLUDED", "quantized", None, None),  # decided ahead: no config read
+    }
+    # a table without the columns does not get them (no extra column from the plan)
+    (params,) = modes.test(ParamCountModeForTests(), sweep, spec()).rows
+    assert "architecture" not in params and "model_type" not in params
 
 
 def test_an_unchanged_script_is_not_run_again_unless_rerun(tmp_path: Path, zoo_cache: Path) -> None:

@@ -20,6 +20,7 @@ from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.failures import pair_failures
 from pytest_neuronsupport.views.page import write_page
 from pytest_neuronsupport.views.perf import FAILED_HEADER, perf_tables
@@ -44,6 +45,7 @@ A = "inductor-2.13.0 / transformers-5.24.0"
 B = "inductor-2.9.1 / transformers-5.23.0"
 C = "aot_eager-2.13.0 / transformers-5.24.0"
 ZETA_REPRO = "import torch\n# repro.py of org/zeta-lm: <linear> & nothing else\n"
+ZETA_CLASS: dict[str, Any] = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
 ZETA_BREAKS = ["Data-dependent branching (modeling.py:12 in forward)", "print() (x.py:3 in f)"]
 
 
@@ -51,7 +53,9 @@ def _rows() -> list[dict[str, Any]]:
     b: dict[str, Any] = {"compiler_version": "2.9.1", "library_version": "5.23.0"}
     c: dict[str, Any] = {"compiler": "aot_eager"}
     return [
-        result_row("org/zeta-lm", "PASS", selection_rank=1, neuron_cores=2, wall_s=75.0),
+        result_row(
+            "org/zeta-lm", "PASS", selection_rank=1, neuron_cores=2, wall_s=75.0, **ZETA_CLASS
+        ),
         result_row(
             "org/zeta-lm",
             "FAIL(gen)",
@@ -65,9 +69,18 @@ def _rows() -> list[dict[str, Any]]:
             repro_ops_before=40,
             repro_ops_after=1,
             repro_ops=["torch._C._nn.linear"],
+            **ZETA_CLASS,
             **b,
         ),
-        result_row("org/alpha-bert", "PASS", task="fill-mask", selection_rank=2, checked_by="none"),
+        result_row(
+            "org/alpha-bert",
+            "PASS",
+            task="fill-mask",
+            selection_rank=2,
+            checked_by="none",
+            architecture="BertForMaskedLM",
+            model_type="bert",
+        ),
         result_row(
             "org/mid-t5",
             "FAIL(load)",
@@ -84,7 +97,9 @@ def _rows() -> list[dict[str, Any]]:
             exclusion="remote code",
             hbm_peak_gb=None,
         ),
-        result_row("org/Llama-Tiny", "PASS", hbm_peak_gb=15.5, wall_s=float("nan"), **b),
+        result_row(
+            "org/Llama-Tiny", "PASS", hbm_peak_gb=15.5, wall_s=float("nan"), **ZETA_CLASS, **b
+        ),
         result_row("org/llama-tiny-chat", "FAIL(forward)", check='{"tokens": 32}', **c),
         result_row("org/whisper", "FAIL(output)", task="automatic-speech-recognition", **b),
         result_row(EVIL_ID, "FAIL(other)", error=EVIL_ERROR, notes="<b>not bold</b>", **c),
@@ -419,11 +434,54 @@ def test_performance_and_training_views(watched: Watched, results: Path) -> None
     assert not page.locator("#train").is_visible() and len(watched.models()) == len(ROWS)
 
 
-def test_views_without_performance_or_training_rows_say_so(tmp_path: Path) -> None:
+def test_the_architectures_view_is_the_coverage_commands_matrix(
+    watched: Watched, results: Path
+) -> None:
+    page = watched.page
+    page.click('button[data-view="coverage"]')
+    assert page.locator("#coverage").is_visible() and not page.locator("#rows-table").is_visible()
+    assert not page.locator(".filters").is_visible()
+    matrix = coverage(results)
+    cells = """els => els.map(t => [...t.rows].map(r => [...r.cells].map(c => c.textContent)))"""
+    shown = page.locator("#coverage table").evaluate_all(cells)
+    assert shown == [[list(matrix.grid.header), *map(list, matrix.grid.cells)]]
+    header, *lines = shown[0]
+    assert header[2:5] == [C, B, A]  # the pairs in version order, as the bars
+    by_class = {line[1]: dict(zip(header, line, strict=True)) for line in lines}
+    assert sorted(by_class) == ["BertForMaskedLM", "LlamaForCausalLM"]
+    llama = by_class["LlamaForCausalLM"]
+    assert (llama["model type"], llama[A], llama[B], llama[C]) == (
+        "llama",
+        "PASS",
+        "1 PASS, 1 FAIL(gen)",
+        "-",
+    )
+    assert (llama["runner"], llama["cores"], llama["graph breaks"]) == ("dense", "1, 2", "2")
+    assert llama["failure"] == (
+        "NotImplementedError at op torch._C._nn.linear (through BackendCompilerFailed "
+        "backend='neuron')"
+    )  # the cause of its failures group
+    assert llama["models"] == "org/Llama-Tiny, org/zeta-lm"
+    assert by_class["BertForMaskedLM"][A] == "PASS unchecked"
+    note = page.locator("#coverage-note").text_content() or ""
+    assert note.startswith("5 models on no line") and "org/mid-t5" in note
+    page.click('button[data-view="all"]')
+    assert not page.locator("#coverage").is_visible() and len(watched.models()) == len(ROWS)
+
+
+def test_views_without_performance_training_or_architecture_rows_say_so(tmp_path: Path) -> None:
     html = write_page(write_results(tmp_path / "results", ROWS[:1]), tmp_path / "site")
     text = html.read_text(encoding="utf-8")
     assert 'id="no-perf"' in text and 'id="no-train"' in text
-    assert "report-table" not in text.split("</style>")[1]
+    for section in ("perf", "train"):
+        assert (
+            "report-table" not in text.split(f'<section id="{section}"')[1].split("</section>")[0]
+        )
+    assert 'id="no-coverage"' not in text  # its one row names its architecture
+    bare = write_page(write_results(tmp_path / "bare", ROWS[3:4]), tmp_path / "bare-site")
+    assert 'id="no-coverage"' in bare.read_text(encoding="utf-8")  # mid-t5 names none
+    summary = " ".join(text.split('id="summary">')[1].split("</p>")[0].split())
+    assert summary.startswith("1 row · 1 model · 1 pair")  # no "1 pairs"
 
 
 def test_markup_in_data_stays_text(watched: Watched) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.pipeline.plan import Plan, exclusion_for
+from pytest_neuronsupport.pipeline.plan import Plan, config_columns, exclusion_for
 from pytest_neuronsupport.pipeline.plan import plan as plan_with
 from pytest_neuronsupport.runners import Runners
 
@@ -63,6 +63,26 @@ def test_exclusion_rules() -> None:
     assert exclusion_for({"architectures": ["LlamaForCausalLM"]}) is None
 
 
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"architectures": ["T5ForConditionalGeneration", "T5Model"], "model_type": "t5"},
+            ("T5ForConditionalGeneration", "t5"),  # the first class: the head it declares
+        ),
+        ({"model_type": "bert"}, (None, "bert")),
+        ({"architectures": [], "model_type": ""}, (None, None)),
+        ({"architectures": "LlamaForCausalLM", "model_type": 3}, (None, None)),  # not a list
+        (None, (None, None)),
+    ],
+)
+def test_the_row_names_the_configs_first_architecture_and_model_type(
+    config: dict[str, Any] | None, expected: tuple[str | None, str | None]
+) -> None:
+    columns = config_columns(config)
+    assert (columns["architecture"], columns["model_type"]) == expected
+
+
 def spec(tmp_path: Path, **kwargs: object) -> ModelSpec:
     return ModelSpec(source=tmp_path / "models.toml", line=1, **kwargs)  # type: ignore[arg-type]
 
@@ -73,6 +93,7 @@ def test_a_local_checkpoint_is_planned_from_its_config(tmp_path: Path) -> None:
     assert planned.runner is not None and planned.runner.name == "encoder"
     assert (planned.exclusion, planned.load_error) == (None, None)
     assert planned.checkpoint == str(tmp_path)
+    assert planned.columns == {"architecture": "BertForMaskedLM", "model_type": None}
 
 
 def test_a_model_no_runner_can_run_is_excluded_not_failed(tmp_path: Path) -> None:

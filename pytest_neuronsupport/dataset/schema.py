@@ -113,6 +113,9 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("repro_ops", pa.list_(pa.field("element", pa.string()))),
         # what the output was checked against (appended: older files load with it null)
         pa.field("checked_by", pa.string()),
+        # what the checkpoint is, from its config (appended: older files load them null)
+        pa.field("architecture", pa.string()),
+        pa.field("model_type", pa.string()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -252,6 +255,15 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "`judge` (the English judge) or `none` (nothing was compared: a PASS on having run, "
         "with the reason at the end of `notes`); null for other results and in files written "
         "before the column existed."
+    ),
+    "architecture": (
+        "The checkpoint's class, its config's `architectures[0]` (the head class, e.g. "
+        "`LlamaForCausalLM`); null when its config was not read, or names none, and in files "
+        "written before the column existed."
+    ),
+    "model_type": (
+        "The checkpoint's config's `model_type` (e.g. `llama`); null when its config was not "
+        "read, and in files written before the column existed."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

@@ -13,8 +13,9 @@ own, added through the ``pytest_neuronsupport_modes`` hook. A mode says:
 * how running that script becomes rows (:meth:`Mode.run`).
 
 One loop drives every mode (:func:`test`): the ``--neuron-limit`` budget, the plan (exclusions
-and checkpoints that cannot be found are decided there, the same for every mode), the mode's
-script, the unchanged check, the run, the users' hooks, and the validation of each row, once,
+and checkpoints that cannot be found are decided there, the same for every mode; so is what the
+checkpoint is, its ``architecture`` and ``model_type``, for the tables with those columns), the
+mode's script, the unchanged check, the run, the users' hooks, and the validation of each row, once,
 where it is made. Whatever goes wrong in a mode's code, the model gets its row: a bug of ours
 must not cost a model its row. What the loop returns, :class:`ModeOutcome`, is the one value a
 test report carries to the session, per table.
@@ -184,6 +185,13 @@ def common_row(sweep: Sweep, spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+def of_checkpoint(table: Table, planned: Plan) -> dict[str, Any]:
+    """What the plan says the checkpoint is (``architecture``, ``model_type``, from its config),
+    for the columns of them ``table`` has: every row of the model, EXCLUDED included, where the
+    config was read (the support table has both)."""
+    return {name: value for name, value in planned.columns.items() if name in table.schema.names}
+
+
 def unchanged_reason(recorded: Mapping[str, Any]) -> str:
     """Why a model is not run again: its script is the one recorded."""
     stamp = recorded.get("tested_at")
@@ -204,6 +212,7 @@ def test(
     script: Script | None = None
     try:
         planned = sweep.plan(spec, sized=mode.sized)
+        base = {**base, **of_checkpoint(mode.table, planned)}
         if planned.exclusion is not None:
             rows = [{**base, **classify.excluded(planned.exclusion)}]
         elif planned.load_error is not None:

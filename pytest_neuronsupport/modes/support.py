@@ -11,6 +11,11 @@ saying so. So a generating run whose CPU run failed or did not reproduce itself:
 more with the English judge in its script, which then decides (:func:`judged_again`).
 With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
 (:mod:`pytest_neuronsupport.pipeline.minify`).
+
+Every row names the checkpoint's ``architecture`` and ``model_type`` where its config was read
+(EXCLUDED rows too): the loop of :func:`~pytest_neuronsupport.modes.test` adds them to the base
+row from the plan (:attr:`~pytest_neuronsupport.pipeline.plan.Plan.columns`), as it does for
+every table with those columns.
 """
 
 from __future__ import annotations

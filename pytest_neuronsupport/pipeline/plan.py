@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,12 @@ class Plan:
     weight_bytes: int | None = None
 
     @property
+    def columns(self) -> dict[str, str | None]:
+        """The row's ``architecture`` and ``model_type``, from the config (see
+        :func:`config_columns`)."""
+        return config_columns(self.config)
+
+    @property
     def revision(self) -> str | None:
         """The revision that runs: the list's, else the commit the Hub resolved (the name of
         the cache's snapshot folder its config was read from), so run.py names what ran."""
@@ -54,6 +61,20 @@ class Plan:
         if snapshot.parent.name == "snapshots" and _COMMIT.fullmatch(snapshot.name):
             return snapshot.name
         return None
+
+
+def config_columns(config: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """What a checkpoint is, as a row says it: ``architecture`` (its config's
+    ``architectures[0]``, the head class) and ``model_type``; None where the config lacks one
+    (or was not read)."""
+    config = config or {}
+    names = config.get("architectures")
+    first = names[0] if isinstance(names, list) and names else None
+    model_type = config.get("model_type")
+    return {
+        "architecture": first if isinstance(first, str) and first else None,
+        "model_type": model_type if isinstance(model_type, str) and model_type else None,
+    }
 
 
 def exclusion_for(config: dict[str, Any]) -> Exclusion | None:

@@ -3,11 +3,13 @@
 Its YAML header is what the Hugging Face dataset viewer and ``datasets.load_dataset`` read:
 one config over every pair (``all``, the default) and one per compiler folder
 (``<compiler>-<version>``), each a single ``train`` split of parquet files. Its prose (what is
-tested, the results, the layout, the columns, how to query and rerun) is made from the code's
-own constants (:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`,
+tested, the results, the support matrix by architecture, the layout, the columns, how to query
+and rerun) is made from the code's own constants
+(:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`,
 :data:`~pytest_neuronsupport.dataset.schema.COLUMN_DOCS`,
 :data:`~pytest_neuronsupport.dataset.schema.RESULT_MEANINGS`) and from the data (the pairs, their
-row and result counts, the extra columns), so it cannot drift from either.
+row and result counts, the matrix of :mod:`.coverage`, the extra columns), so it cannot drift
+from either.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pytest_neuronsupport.dataset.schema import (
 )
 from pytest_neuronsupport.dataset.store import read_table
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.coverage import coverage
 
 __all__ = ["ALL_CONFIG", "LICENSE", "PRETTY_NAME", "SPLIT", "TAGS", "card_text", "write_card"]
 
@@ -182,6 +185,27 @@ def _pairs_section(pairs: list[_Pair]) -> list[str]:
     ]
 
 
+def _coverage_section(results_dir: Path) -> list[str]:
+    """The support matrix by architecture (:mod:`.coverage`, as ``neuronsupport coverage``
+    prints it), when a row names its architecture."""
+    matrix = coverage(results_dir)
+    if not matrix.grid.cells:
+        return []
+    grid = matrix.grid
+    lines = [
+        "## Support by architecture",
+        "",
+        "One line per model type and head class (`model_type`, `architecture`: from each "
+        "checkpoint's config), as `neuronsupport coverage` prints it: the latest result in each "
+        "pair (`-`: not tested there; several models: how many came to each result), the "
+        "runner, cores, graph breaks, the cause of its failures (grouped as `neuronsupport "
+        "failures` groups them) and the models it covers.",
+        "",
+        *_table(grid.header, [tuple(line) for line in grid.cells]),
+    ]
+    return [*lines, "", matrix.note, ""] if matrix.note else [*lines, ""]
+
+
 def _layout_section() -> list[str]:
     return [
         "## Layout",
@@ -291,6 +315,7 @@ def card_text(results_dir: Path) -> str:
         "",
         *_pairs_section(pairs),
         "",
+        *_coverage_section(Path(results_dir)),
         *_layout_section(),
         "",
         *_columns_section(pairs),

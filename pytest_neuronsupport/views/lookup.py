@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "format_changes",
     "latest_rows",
     "lookup",
+    "natural_key",
     "pairs",
     "resolve_pair",
 ]
@@ -76,6 +78,12 @@ def latest_rows(results: Path, pair: str) -> dict[str, dict[str, Any]]:
     table = read_table(Path(results) / DATA / pair)
     rows = table.to_pylist()
     return {model: rows[position] for model, position in latest_positions(table).items()}
+
+
+def natural_key(text: str) -> list[str | int]:
+    """Sort key that orders version numbers as numbers (``2.9`` before ``2.13``): the order
+    of pairs on the page and in ``coverage``, compiler by compiler, oldest version first."""
+    return [int(part) if i % 2 else part.lower() for i, part in enumerate(re.split(r"(\d+)", text))]
 
 
 def _version_key(text: str | None) -> tuple[int, Any]:

@@ -5,7 +5,8 @@ templates next to this module (autoescaped): counts per result, stacked bars per
 SVG, and a table of every row that the page's own script filters (search, result, pair, task),
 orders (the selection, by task) and opens (a row's details, its ``run.py`` and ``repro.py``), and
 each pair's failures grouped by cause (:mod:`.failures`, as ``neuronsupport failures`` groups
-them, rendered by the template), and the performance and training tables (:mod:`.perf` and
+them, rendered by the template), the support matrix by architecture (:mod:`.coverage`, the
+lines of ``neuronsupport coverage``), and the performance and training tables (:mod:`.perf` and
 :mod:`.training`, the same cells as ``neuronsupport perf`` and ``train-report``). The rows reach
 the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
 with ``textContent`` only, and a Content-Security-Policy lets nothing but that script run and
@@ -19,7 +20,6 @@ import datetime as dt
 import hashlib
 import itertools
 import math
-import re
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,8 +31,9 @@ from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
-from pytest_neuronsupport.views.lookup import pairs
+from pytest_neuronsupport.views.lookup import natural_key, pairs
 from pytest_neuronsupport.views.perf import FAILED_HEADER, PerfPair, perf_tables
 from pytest_neuronsupport.views.perf import NOTE as PERF_NOTE
 from pytest_neuronsupport.views.training import NOTE as TRAIN_NOTE
@@ -108,11 +109,6 @@ def _legend() -> list[dict[str, str]]:
     return legend
 
 
-def _natural_key(text: str) -> list[str | int]:
-    """Sort key that orders version numbers as numbers (``2.9`` before ``2.13``)."""
-    return [int(part) if i % 2 else part.lower() for i, part in enumerate(re.split(r"(\d+)", text))]
-
-
 def _pair_label(row: Mapping[str, Any]) -> str:
     """``"inductor-2.13.0 / transformers-5.24.0"``: the row's pair file, as people read it."""
     relpath = pair_relpath(
@@ -151,7 +147,7 @@ def _chart(rows: list[dict[str, Any]], legend: list[dict[str, str]]) -> dict[str
     longest = max((sum(counts.values()) for counts in per_pair.values()), default=1)
     bar_x = max((len(label) for label in per_pair), default=0) * _CHAR_WIDTH + 16
     bars = []
-    for n, label in enumerate(sorted(per_pair, key=_natural_key)):
+    for n, label in enumerate(sorted(per_pair, key=natural_key)):
         counts = per_pair[label]
         x = bar_x
         segments = []
@@ -184,7 +180,7 @@ def _failures(results_dir: Path, raw: list[dict[str, Any]]) -> list[dict[str, An
         if best is None or tested_at_key(row["tested_at"]) >= tested_at_key(raw[best]["tested_at"]):
             latest[key] = index
     shown = []
-    for pair in sorted(pairs(results_dir), key=_natural_key):
+    for pair in sorted(pairs(results_dir), key=natural_key):
         label = pair.replace("/", " / ")
         _, groups = pair_failures(results_dir, pair)
         if not groups:
@@ -221,7 +217,7 @@ def _failures(results_dir: Path, raw: list[dict[str, Any]]) -> list[dict[str, An
 
 
 def _by_pair(entry: PerfPair | TrainPair) -> list[str | int]:
-    return _natural_key(entry.pair)
+    return natural_key(entry.pair)
 
 
 def _script_hash(env: jinja2.Environment) -> str:
@@ -247,7 +243,7 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
     table = read_dataset(Path(results_dir), keep_extra=False)
     raw = sorted(
         table.to_pylist(),
-        key=lambda row: (_natural_key(row["model_id"]), _natural_key(_pair_label(row))),
+        key=lambda row: (natural_key(row["model_id"]), natural_key(_pair_label(row))),
     )
     rows = [_page_row(index, row) for index, row in enumerate(raw)]
     legend = _legend()
@@ -258,6 +254,7 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
     failures = _failures(Path(results_dir), raw)
     perf: list[PerfPair] = sorted(perf_tables(Path(results_dir)), key=_by_pair)
     train: list[TrainPair] = sorted(train_tables(Path(results_dir)), key=_by_pair)
+    matrix = coverage(Path(results_dir))
     env = _environment()
     html = env.get_template("index.html").render(
         rows=rows,
@@ -270,6 +267,7 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         chart=chart,
         failures=failures,
         no_repro=NO_REPRO,
+        coverage=matrix,
         perf=perf,
         perf_note=PERF_NOTE,
         failed_header=FAILED_HEADER,

@@ -134,9 +134,11 @@
   }
 
   function render() {
-    // the failures, performance and training views are sections of their own, without filters
-    const section = ["failures", "perf", "train"].includes(state.view);
-    for (const id of ["failures", "perf", "train"]) {
+    // the failures, architectures, performance and training views are sections of their own,
+    // without filters
+    const sections = ["failures", "coverage", "perf", "train"];
+    const section = sections.includes(state.view);
+    for (const id of sections) {
       byId(id).hidden = state.view !== id;
     }
     for (const node of explorer.querySelectorAll(".filters, #rows-table")) {
