@@ -219,6 +219,7 @@ def test_a_hub_dataset_reads_as_a_folder(
     assert code == 0 and out.splitlines() == coverage_report(results)
 
 
+@pytest.mark.slow
 @SUPPORT
 def test_the_tiny_sweeps_rows_name_their_architecture(tiny_sweep: Sweep, zoo_cache: Path) -> None:
     """A real sweep: every row names its checkpoint's class and model type, and each of the
