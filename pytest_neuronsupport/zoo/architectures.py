@@ -85,6 +85,29 @@ def mapped() -> list[tuple[str, str, str]]:
     return sorted(seen.values(), key=lambda t: t[1])
 
 
+#: The bundled list of every tiny architecture that builds (``model_list()`` writes it).
+LIST_NAME = "architectures.toml"
+_LIST_HEADER = """\
+# Every architecture transformers maps for the card's text tasks: a tiny random model of each
+# class that builds (`neuronsupport zoo build --architectures`), built on first use into the
+# cache. Generated: `neuronsupport zoo list --architectures > model_lists/architectures.toml`
+# (tests/test_architectures.py fails when this file differs). Not part of the default sweep:
+# `pytest --neuron-sweep --neuron-models architectures`. Its expected results on the CPU with
+# aot_eager: architectures-expected.toml (`--neuron-baseline`). transformers {version}.
+"""
+
+
+def model_list() -> str:
+    """The text of the bundled list: one ``zoo:arch/<class>`` entry per class that builds, the
+    runner and task left to the mappings, as for any checkpoint."""
+    from pytest_neuronsupport.zoo import ARCHITECTURE_PREFIX
+    from pytest_neuronsupport.zoo.architecture_table import BUILT
+
+    classes = sorted(BUILT & {cls for _, cls, _ in mapped()})
+    entries = [f'[[model]]\nid = "zoo:{ARCHITECTURE_PREFIX}{cls}"\n' for cls in classes]
+    return _LIST_HEADER.format(version=automap.transformers_version()) + "\n" + "\n".join(entries)
+
+
 def name_of(cls: str) -> str:
     """A checkpoint's folder name: its class."""
     return cls
