@@ -6,7 +6,8 @@ checkpoint folder: a decoder generates 32 greedy tokens from the prompt with a s
 seq2seq model generates from its encoder's pass, an encoder runs one forward pass of its head
 on the sentence padded to 128 tokens (only the inputs its ``forward`` takes), all in fp32 on the
 CPU under ``torch.no_grad()``. It runs twice, each time in a fresh process: eager, then with
-``forward`` compiled by ``torch.compile(backend="aot_eager")``. The verdict:
+``forward`` compiled by ``torch.compile(backend="aot_eager")`` (only when eager works). The
+verdict:
 
 - ``genuine (eager)``: eager transformers fails already (the model as built, or transformers);
 - ``genuine (compile)``: eager works, the compiled run fails (the compiler's);
@@ -93,9 +94,14 @@ def check(cls: str, cache: Path) -> dict[str, object]:
     kind = kind_of(cls)
     if kind == "excluded":
         return {"class": cls, "kind": kind, "verdict": "excluded"}
-    path = zoo.checkpoint(f"{zoo.ARCHITECTURE_PREFIX}{cls}", cache)
-    runs = {}
+    try:
+        path = zoo.checkpoint(f"{zoo.ARCHITECTURE_PREFIX}{cls}", cache)
+    except Exception as exc:  # the sweep's FAIL(load) too
+        return {"class": cls, "kind": kind, "verdict": "not buildable", "error": repr(exc)[:300]}
+    runs: dict[str, dict[str, object]] = {"1": {"ok": False, "error": "not run"}}
     for compiled in ("0", "1"):
+        if compiled == "1" and not runs["0"]["ok"]:
+            break  # eager fails already: nothing of the compiler's to tell
         try:
             done = subprocess.run(
                 [sys.executable, "-c", RUNNER_SIDE, str(path), compiled, kind],
@@ -116,7 +122,7 @@ def check(cls: str, cache: Path) -> dict[str, object]:
         verdict = "genuine (compile)"
     else:
         verdict = "harness"
-    error = eager.get("error") or compiled_run.get("error") or ""
+    error = eager.get("error") or ("" if compiled_run["ok"] else compiled_run.get("error")) or ""
     return {"class": cls, "kind": kind, "verdict": verdict, "error": str(error)}
 
 

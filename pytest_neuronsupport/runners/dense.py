@@ -44,4 +44,9 @@ def decoder(params: dict[str, Any]) -> Generation:
     with step("load", Result.FAIL_LOAD):
         tokenizer = load_tokenizer(params)
     causal_lm, inputs = transformers.AutoModelForCausalLM, user_message(tokenizer, PROMPT)
-    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=params.get("prefill_chunk"))
+    chunk = params.get("prefill_chunk")
+    # A prompt that fits one chunk is prefilled in one pass, as chunking would: generate()
+    # refuses any chunk size for a model without a cache (RWKV, MPT, xLSTM...).
+    if chunk and inputs["input_ids"].shape[-1] <= chunk:
+        chunk = None
+    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=chunk)
