@@ -17,8 +17,8 @@ from pytest_neuronsupport.modellist import bundled_dir, parse
 from tests.sweeping import SweepRunner
 
 EXPECTED = bundled_dir() / "architectures-expected.toml"
-#: Every kind of the card's text tasks and every runner the list routes to: decoders with and
-#: without experts, encoder-decoders (one once routed as an encoder for its class name), masked
+#: Every kind of the card's text tasks and every runner the list routes to, 12 of them (about a
+#: minute on 2 cores, each built first): decoders with and without experts, encoder-decoders (one once routed as an encoder for its class name), masked
 #: LMs (one once routed as a decoder), token and sequence classifiers (FNet takes no attention
 #: mask), question answering (a ``...Simple`` head once had no runner); one expected failure
 #: and one exclusion (speech to text), so that the baseline's every kind of row is held.
@@ -26,18 +26,13 @@ SAMPLE = (
     "LlamaForCausalLM",
     "GPT2LMHeadModel",
     "MixtralForCausalLM",
-    "Qwen2MoeForCausalLM",
     "T5ForConditionalGeneration",
-    "BartForConditionalGeneration",
     "MarianMTModel",
     "BertForMaskedLM",
     "XLMWithLMHeadModel",
     "FNetForTokenClassification",
-    "DistilBertForTokenClassification",
     "RobertaForSequenceClassification",
-    "DebertaV2ForSequenceClassification",
     "XLNetForQuestionAnsweringSimple",
-    "AlbertForQuestionAnswering",
     "EsmForMaskedLM",
     "VoxtralForConditionalGeneration",
 )
