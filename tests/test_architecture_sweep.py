@@ -17,11 +17,12 @@ from pytest_neuronsupport.modellist import bundled_dir, parse
 from tests.sweeping import SweepRunner
 
 EXPECTED = bundled_dir() / "architectures-expected.toml"
-#: Every kind of the card's text tasks and every runner the list routes to, 12 of them (about a
-#: minute on 2 cores, each built first): decoders with and without experts, encoder-decoders (one once routed as an encoder for its class name), masked
-#: LMs (one once routed as a decoder), token and sequence classifiers (FNet takes no attention
-#: mask), question answering (a ``...Simple`` head once had no runner); one expected failure
-#: and one exclusion (speech to text), so that the baseline's every kind of row is held.
+#: Every kind of the card's text tasks and every runner the list routes to, 12 of them (about
+#: a minute on 2 cores, each built first): decoders with and without experts, encoder-decoders
+#: (Marian was once routed as an encoder for its class name; T5 lacked a decoder start token),
+#: masked LMs (XLM's was once routed as a decoder), token and sequence classifiers (FNet takes
+#: no attention mask), question answering (a ``...Simple`` head once had no runner); one
+#: expected failure and one exclusion (speech to text), so that every kind of row is held.
 SAMPLE = (
     "LlamaForCausalLM",
     "GPT2LMHeadModel",
