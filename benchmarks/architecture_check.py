@@ -2,12 +2,13 @@
 
 For each tiny architecture named (``zoo:arch/<class>`` of ``model_lists/architectures.toml``), a
 bare transformers script does what its runner does, with nothing of the plugin but the zoo's
-checkpoint folder: a decoder generates 32 greedy tokens from the prompt with a static cache, a
-seq2seq model generates from its encoder's pass, an encoder runs one forward pass of its head
-on the sentence padded to 128 tokens (only the inputs its ``forward`` takes), all in fp32 on the
-CPU under ``torch.no_grad()``. It runs twice, each time in a fresh process: eager, then with
-``forward`` compiled by ``torch.compile(backend="aot_eager")`` (only when eager works). The
-verdict:
+checkpoint folder, loaded with the runner's class (``AutoModelForCausalLM``,
+``AutoModelForSeq2SeqLM``, an encoder's declared head): a decoder generates 32 greedy tokens
+from the prompt with a static cache, a seq2seq model generates from its encoder's pass, an
+encoder runs one forward pass of its head on the sentence padded to 128 tokens (only the
+inputs its ``forward`` takes), all in fp32 on the CPU under ``torch.no_grad()``. It runs in a
+fresh process eager, then, when eager works, in another with ``forward`` compiled by
+``torch.compile(backend="aot_eager")``. The verdict:
 
 - ``genuine (eager)``: eager transformers fails already (the model as built, or transformers);
 - ``genuine (compile)``: eager works, the compiled run fails (the compiler's);
@@ -42,8 +43,11 @@ try:
     config = transformers.AutoConfig.from_pretrained(path)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.pad_token or tok.eos_token or tok.unk_token
-    cls = getattr(transformers, config.architectures[0])
     kind = sys.argv[3]
+    # the runners' classes: the Auto class of a decoder or a seq2seq LM, an encoder's own head
+    cls = {"dense": transformers.AutoModelForCausalLM,
+           "seq2seq": transformers.AutoModelForSeq2SeqLM}.get(kind)
+    cls = cls or getattr(transformers, config.architectures[0])
     model = cls.from_pretrained(path, dtype=torch.float32).eval()
     phase = "run"
     with torch.no_grad():
