@@ -55,6 +55,20 @@ TASK_KINDS: dict[str, str] = {
     "sentence-similarity": "base",
 }
 MODULE = "models/auto/modeling_auto.py"
+#: The table of speech-to-text models: their encoder takes audio features, which no runner feeds
+#: (the seq2seq runner feeds its encoder text), so a class it maps is never run, nor the base
+#: model of a model type it maps (``WhisperModel``).
+SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
+#: Tables whose models take text, beside the kinds' (but the base models'). Every other table
+#: but :data:`NEUTRAL_TABLES` maps models of other inputs: images, video, audio, time series...
+TEXT_TABLES = (
+    "MODEL_FOR_RETRIEVAL_MAPPING_NAMES",
+    "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_TABLE_QUESTION_ANSWERING_MAPPING_NAMES",
+    "MODEL_FOR_NEXT_SENTENCE_PREDICTION_MAPPING_NAMES",
+)
+#: Tables that say nothing of a model's inputs (BERT's and wav2vec2's pretraining heads alike).
+NEUTRAL_TABLES = ("MODEL_MAPPING_NAMES", "MODEL_FOR_PRETRAINING_MAPPING_NAMES")
 
 
 def transformers_dir() -> Path:
@@ -163,3 +177,58 @@ def other_tables(architecture: str) -> tuple[str, ...]:
     """Every table of the installed transformers that maps this class (for an exclusion's
     reason: ``MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES``...)."""
     return _tables_by_class().get(architecture, ())
+
+
+def _text_tables() -> set[str]:
+    return {KINDS[k] for k in KINDS if k != "base"} | set(TEXT_TABLES)
+
+
+def media_tables(model_type: str | None = None, architecture: str | None = None) -> list[str]:
+    """The tables of inputs other than text (images, audio...) that map this model type or
+    this class."""
+    known = _text_tables() | set(NEUTRAL_TABLES)
+    return [
+        name
+        for name, entries in tables().items()
+        if name not in known
+        and (model_type in entries or any(architecture in c for c in entries.values()))
+    ]
+
+
+def not_text(architecture: str, config: Mapping[str, Any], task: str | None = None) -> str:
+    """Why no runner may take this class although a kind maps it ('' when one may), decided by
+    transformers' own tables:
+
+    - a speech-to-text model (:data:`SPEECH_SEQ2SEQ` maps it): its encoder takes audio
+      features, which no runner feeds (``VoxtralForConditionalGeneration``, also a seq2seq LM);
+    - a base model (its first kind is ``base``) whose inputs are not text: a table of other
+      inputs maps the class itself (``CLIPModel``: zero-shot image classification), or its
+      model type is a speech-to-text one (``WhisperModel``), or only tables of other inputs
+      map its model type (``ViTModel``, ``Wav2Vec2Model``)."""
+    if SPEECH_SEQ2SEQ in other_tables(architecture):
+        return (
+            f"{architecture} is a speech-to-text model ({SPEECH_SEQ2SEQ}): its encoder takes "
+            "audio features, and no runner feeds audio (not a task of the card)"
+        )
+    kinds = kinds_of(architecture, config, task)
+    if not kinds or kinds[0] != "base":
+        return ""
+    model_type = config.get("model_type")
+    model_type = model_type if isinstance(model_type, str) else None
+    if model_type is None:  # the model type whose base model it is
+        model_type = next((t for t, c in table("base").items() if architecture in c), None)
+    own = media_tables(architecture=architecture)
+    typed = media_tables(model_type) if model_type else []
+    texts = [n for n in _text_tables() if model_type in tables().get(n, {})]
+    if own:
+        why = f"transformers maps it by {', '.join(own)}"
+    elif SPEECH_SEQ2SEQ in typed:
+        why = f"its model type {model_type!r} is a speech-to-text one ({SPEECH_SEQ2SEQ})"
+    elif typed and not texts:
+        why = f"transformers maps its model type {model_type!r} only by {', '.join(typed)}"
+    else:
+        return ""
+    return (
+        f"{architecture} is a base model whose inputs are not text ({why}): not a task of the "
+        "card, and no runner feeds it"
+    )[:500]

@@ -1,6 +1,7 @@
 """The neuronsupport command: the tiny-model zoo, and answers read from a results dataset.
 
 neuronsupport zoo list                       the bundled tiny models
+neuronsupport zoo list --architectures       the architecture list (model_lists/architectures.toml)
 neuronsupport zoo build [NAME...]            build them into the cache (all by default)
 neuronsupport zoo build --architectures [CLASS...]  a tiny model of every mapped architecture
 neuronsupport select --out FILE              a model list from the Hub, as the dataset card's
@@ -67,7 +68,13 @@ def parser() -> argparse.ArgumentParser:
 
     zoo_parser = sub.add_parser("zoo", help="the offline tiny-model zoo")
     zoo_sub = zoo_parser.add_subparsers(dest="zoo_command", required=True)
-    zoo_sub.add_parser("list", help="list the tiny models")
+    zoo_list = zoo_sub.add_parser("list", help="list the tiny models")
+    zoo_list.add_argument(
+        "--architectures",
+        action="store_true",
+        help="print the model list of every tiny architecture that builds instead (the text of "
+        "the bundled model_lists/architectures.toml)",
+    )
     build = zoo_sub.add_parser("build", help="build tiny models into the cache")
     build.add_argument("names", nargs="*", metavar="NAME", help="models to build (default: all)")
     build.add_argument(
@@ -212,6 +219,11 @@ def _read(results: str) -> Path:
 
 
 def _zoo_list(args: argparse.Namespace) -> int:
+    if args.architectures:
+        from pytest_neuronsupport.zoo import architectures
+
+        print(architectures.model_list(), end="")
+        return 0
     for name in zoo.names():
         model = zoo.get(name)
         print(f"zoo:{name:<18} {model.architecture:<36} {model.task:<22} {model.description}")

@@ -4,6 +4,7 @@ A list looks like::
 
     [[model]]
     id = "Qwen/Qwen3-0.6B"        # a Hub repo id, or "zoo:<name>" for a bundled tiny model
+                                  # ("zoo:arch/<class>": a tiny model of that architecture)
     runner = "dense"              # optional: inferred from config.json "architectures"
                                   # (the dataset card's spelling, run_dense, is accepted too)
     task = "text-generation"      # optional
@@ -123,10 +124,7 @@ def _fail(source: Path, line: int | None, entry: str, problem: str) -> ModelList
 def check_model_id(model_id: str) -> str | None:
     """Return why ``model_id`` is not a valid list id, or None when it is."""
     if model_id.startswith(ZOO_PREFIX):
-        name = model_id.removeprefix(ZOO_PREFIX)
-        if name not in zoo.names():
-            return f"unknown zoo model {name!r} (known: {', '.join(zoo.names())})"
-        return None
+        return zoo.problem(model_id.removeprefix(ZOO_PREFIX))
     try:
         validate_repo_id(model_id)
     except HFValidationError as exc:
@@ -329,14 +327,34 @@ def default_lists(train: bool = False) -> list[Path]:
     return [bundled_dir() / ("train.toml" if train else "tiny.toml")]
 
 
+def bundled(name: str) -> Path | None:
+    """A bundled list by its name (``architectures`` or ``architectures.toml``), if there is one."""
+    if "/" in name or "\\" in name:
+        return None
+    path = bundled_dir() / (name if name.endswith(".toml") else f"{name}.toml")
+    return path if path.is_file() else None
+
+
+def bundled_names() -> list[str]:
+    """The names of the bundled lists (``tiny``, ``architectures``...)."""
+    return sorted(p.stem for p in bundled_dir().glob("*.toml") if not p.stem.endswith("expected"))
+
+
 def resolve_paths(values: Sequence[str], base: Path) -> list[Path]:
-    """Model list paths as given (relative to ``base``), each checked to exist."""
+    """Model list paths as given (relative to ``base``), each checked to exist; a value that is
+    no file there but names a bundled list (``architectures``) is that list."""
     paths: list[Path] = []
     for value in values:
         path = Path(value)
         if not path.is_absolute():
             path = base / path
         if not path.is_file():
-            raise ModelListError(f"model list {value!r} not found ({path})")
+            found = bundled(value)
+            if found is None:
+                raise ModelListError(
+                    f"model list {value!r} not found ({path}), and no bundled list has that "
+                    f"name (bundled: {', '.join(bundled_names())})"
+                )
+            path = found
         paths.append(path.resolve())
     return paths

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_neuronsupport.modellist import bundled_dir, parse
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.zoo import architectures
 from pytest_neuronsupport.zoo.architecture_table import BUILT, NOT_BUILDABLE
@@ -36,14 +37,28 @@ def test_the_tables_name_only_classes_transformers_maps() -> None:
     assert sorted((BUILT | set(NOT_BUILDABLE)) - set(MAPPED)) == []
 
 
-def test_every_built_architecture_has_a_runner() -> None:
+def test_every_built_architecture_has_a_runner_or_takes_no_text() -> None:
     runners = Runners.builtin()
-    unrouted = [
-        cls
-        for cls in sorted(BUILT)
-        if runners.infer({"architectures": [cls], "model_type": MAPPED[cls][0]}, None) is None
-    ]
+    unrouted = []
+    for cls in sorted(BUILT):
+        choice = runners.choose({"architectures": [cls], "model_type": MAPPED[cls][0]}, None)
+        if choice.runner is None and "speech-to-text" not in choice.reason:
+            unrouted.append((cls, choice.reason))
     assert unrouted == []
+
+
+def test_the_bundled_list_is_the_one_generated_from_the_table() -> None:
+    """``neuronsupport zoo list --architectures > model_lists/architectures.toml`` refreshes it."""
+    path = bundled_dir() / architectures.LIST_NAME
+    assert path.read_text(encoding="utf-8") == architectures.model_list()
+    ids = [spec.id for spec in parse(path)]
+    assert ids == [f"zoo:arch/{cls}" for cls in sorted(BUILT)]
+    specs = parse(path)
+    assert all(spec.runner is None for spec in specs)  # the mappings choose, as for any model
+    # a task only where the class is image-text-to-text first, but built as a text model
+    tasked = {spec.id.removeprefix("zoo:arch/"): spec.task for spec in specs if spec.task}
+    assert "Gemma3ForConditionalGeneration" in tasked
+    assert set(tasked.values()) == {"text-generation"}
 
 
 def test_the_sample_covers_every_kind() -> None:

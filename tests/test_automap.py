@@ -33,16 +33,52 @@ def installed_tables() -> dict[str, dict[str, Any]]:
     return {name: dict(getattr(modeling_auto, name)) for name, _, _ in ORDER}
 
 
-def every_mapped_class() -> list[tuple[str, str, str, str]]:
+def every_table() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Every ``MODEL_*_NAMES`` table transformers builds, class names as tuples."""
+    from transformers.models.auto import modeling_auto
+
+    return {
+        name: {
+            t: (c,) if isinstance(c, str) else tuple(c)
+            for t, c in getattr(modeling_auto, name).items()
+        }
+        for name in dir(modeling_auto)
+        if name.startswith("MODEL_") and name.endswith("_NAMES")
+    }
+
+
+def takes_no_text(cls: str, model_type: str, first: str) -> bool:
+    """Whether this class takes no text, from the tables transformers builds: a speech-to-text
+    class, or a base model (``first`` table MODEL_MAPPING_NAMES) that a table of other inputs
+    maps, or whose model type is a speech-to-text one, or whose model type only such map."""
+    tables = every_table()
+    text = {n for n, _, _ in ORDER if n != "MODEL_MAPPING_NAMES"} | set(automap.TEXT_TABLES)
+    media = set(tables) - text - set(automap.NEUTRAL_TABLES)
+    if any(cls in c for c in tables[automap.SPEECH_SEQ2SEQ].values()):
+        return True
+    if first != "MODEL_MAPPING_NAMES":
+        return False
+    if any(cls in c for n in media for c in tables[n].values()):
+        return True
+    typed = {n for n in media if model_type in tables[n]}
+    return automap.SPEECH_SEQ2SEQ in typed or (
+        bool(typed) and not any(model_type in tables[n] for n in text)
+    )
+
+
+def every_mapped_class() -> list[tuple[str, str, str | None, str]]:
     """(class, model type, runner, entry) for every class of the installed mappings, the
-    runner and entry being those of the first table in ORDER that maps it."""
-    expected: dict[str, tuple[str, str, str, str]] = {}
+    runner and entry being those of the first table in ORDER that maps it; (None, "") for a
+    class that takes no text (:func:`takes_no_text`)."""
+    expected: dict[str, tuple[str, str, str | None, str]] = {}
     for name, table in installed_tables().items():
         runner, entry = next((r, e) for n, r, e in ORDER if n == name)
         for model_type, classes in table.items():
             for cls in (classes,) if isinstance(classes, str) else classes:
+                if cls not in expected and takes_no_text(cls, model_type, name):
+                    expected[cls] = (cls, model_type, None, "")
                 expected.setdefault(cls, (cls, model_type, runner, entry))
-    return sorted(expected.values())
+    return sorted(expected.values(), key=lambda case: case[0])
 
 
 def chosen(config: dict[str, Any], task: str | None = None) -> tuple[str | None, str]:
@@ -62,12 +98,51 @@ def test_the_tables_read_from_source_are_those_transformers_builds() -> None:
 def test_every_mapped_class_gets_the_runner_its_mapping_implies() -> None:
     cases = every_mapped_class()
     assert len(cases) > 800  # every class of ten tables, not a hand list
-    wrong = []
+    wrong: list[tuple[Any, ...]] = []
     for cls, model_type, runner, entry in cases:
         got = chosen({"architectures": [cls], "model_type": model_type})
-        if got != (runner, entry):
+        if runner is None:  # excluded, naming what it is
+            if got[0] is not None or "not a task of the card" not in got[1]:
+                wrong.append((cls, got, (runner, entry)))
+        elif got != (runner, entry):
             wrong.append((cls, got, (runner, entry)))
     assert wrong == []
+    excluded = [case for case in cases if case[2] is None]
+    assert 100 < len(excluded) < len(cases) / 3  # vision, audio and speech, not the text models
+
+
+@pytest.mark.parametrize(
+    ("cls", "model_type", "why"),
+    [
+        # Speech to text: the seq2seq runner would feed its encoder text (or a tokenizer-less
+        # load would fail), even where the class is also a seq2seq LM.
+        ("WhisperForConditionalGeneration", "whisper", "speech-to-text model"),
+        ("VoxtralForConditionalGeneration", "voxtral", "speech-to-text model"),
+        ("WhisperModel", "whisper", "model type 'whisper' is a speech-to-text one"),
+        # Base models of images or audio: once the encoder runner, FAIL(load) for a tokenizer.
+        ("ViTModel", "vit", "MODEL_FOR_IMAGE_MAPPING_NAMES"),
+        ("CLIPModel", "clip", "ZERO_SHOT_IMAGE_CLASSIFICATION"),
+        ("Wav2Vec2Model", "wav2vec2", "model type 'wav2vec2' only by"),
+    ],
+)
+def test_a_model_that_takes_no_text_is_excluded_saying_so(
+    cls: str, model_type: str, why: str
+) -> None:
+    runner, reason = chosen({"architectures": [cls], "model_type": model_type})
+    assert runner is None
+    assert cls in reason and why in reason and "not a task of the card" in reason
+
+
+def test_text_base_models_keep_the_encoder() -> None:
+    for cls, model_type in [
+        ("BertModel", "bert"),
+        ("LlavaModel", "llava"),
+        ("LayoutLMModel", "layoutlm"),
+    ]:
+        assert chosen({"architectures": [cls], "model_type": model_type}) == (
+            "encoder",
+            "run_hidden_states",
+        )
 
 
 @pytest.mark.parametrize(
@@ -141,7 +216,7 @@ def test_the_classes_suffixes_routed_wrongly(
 
 
 def test_a_class_nothing_takes_is_excluded_naming_it_and_what_was_checked() -> None:
-    runner, reason = chosen({"architectures": ["WhisperForAudioClassification"]})
+    runner, reason = chosen({"architectures": ["WhisperForAudioClassification"]})  # not a base
     assert runner is None
     assert "WhisperForAudioClassification" in reason
     assert "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES" in reason  # where transformers has it

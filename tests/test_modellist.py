@@ -8,9 +8,11 @@ import pytest
 
 from pytest_neuronsupport.modellist import (
     ModelListError,
+    bundled_dir,
     check_unique,
     default_lists,
     parse,
+    resolve_paths,
 )
 from pytest_neuronsupport.runners import Runners
 
@@ -62,6 +64,43 @@ def test_the_bundled_tiny_list_parses() -> None:
     (tiny,) = default_lists()
     specs = parse(tiny)
     assert specs and all(s.is_zoo for s in specs)
+
+
+def test_a_bundled_list_is_found_by_its_name_and_only_tiny_is_the_default(tmp_path: Path) -> None:
+    architectures = bundled_dir() / "architectures.toml"
+    assert resolve_paths(["architectures"], tmp_path) == [architectures.resolve()]
+    assert resolve_paths(["architectures.toml"], tmp_path) == [architectures.resolve()]
+    assert default_lists() == [bundled_dir() / "tiny.toml"]  # the README's default sweep
+    (tmp_path / "architectures.toml").write_text('[[model]]\nid = "zoo:gpt2"\n')
+    assert resolve_paths(["architectures.toml"], tmp_path) == [tmp_path / "architectures.toml"]
+    with pytest.raises(ModelListError, match=r"no bundled list has that name.*architectures"):
+        resolve_paths(["nope"], tmp_path)
+
+
+def test_a_sweep_names_the_architecture_list(pytester: pytest.Pytester) -> None:
+    expected = len(parse(bundled_dir() / "architectures.toml"))
+    result = pytester.runpytest(
+        "--neuron-sweep", "--neuron-models", "architectures", "--collect-only", "-q"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([f"*{expected} tests collected*"])
+    result.stdout.fnmatch_lines(["*::zoo:arch/LlamaForCausalLM"])
+
+
+@pytest.mark.parametrize(
+    ("model_id", "problem"),
+    [
+        ("zoo:arch/NopeForCausalLM", "unknown tiny architecture 'NopeForCausalLM'"),
+        ("zoo:arch/DbrxForCausalLM", "'DbrxForCausalLM' cannot be built: AttributeError"),
+        ("zoo:arch/", "unknown tiny architecture ''"),
+    ],
+)
+def test_an_architecture_id_names_a_class_that_builds(
+    tmp_path: Path, model_id: str, problem: str
+) -> None:
+    assert parse(write(tmp_path, '[[model]]\nid = "zoo:arch/LlamaForCausalLM"\n'))
+    with pytest.raises(ModelListError, match=problem):
+        parse(write(tmp_path, f'[[model]]\nid = "{model_id}"\n'))
 
 
 def test_runner_column_uses_the_dataset_cards_spelling() -> None:

@@ -121,7 +121,7 @@ def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dic
 def resolve_checkpoint(model_id: str, path: str | None, cache_dir: Path) -> tuple[str, bool]:
     """Where a model's files are: (a local folder, True) or (its Hub id, False)."""
     if model_id.startswith(ZOO_PREFIX):
-        return str(zoo.ensure_built(model_id.removeprefix(ZOO_PREFIX), cache_dir)), True
+        return str(zoo.checkpoint(model_id.removeprefix(ZOO_PREFIX), cache_dir)), True
     if path and path.startswith(PACKAGE_PREFIX):
         return str(package_dir(path)), True
     if path:

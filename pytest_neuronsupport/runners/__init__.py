@@ -31,8 +31,11 @@ config's ``architectures``, the first entry one of these takes:
    runner's ``mappings`` take wins, a runner whose condition holds over one without, then the
    runner registered last.
 
-A class neither takes is excluded (``no-runner``). A config without ``architectures`` goes by its
-entry's task: the runner that lists it in ``tasks``.
+Before the mappings, a class whose inputs are not text is excluded (``no-runner``, the reason
+from :func:`~pytest_neuronsupport.automap.not_text`): a speech-to-text model, which the seq2seq
+runner cannot feed, or a base model of images or audio, which the encoder runner would fail to
+load for lack of a tokenizer. A class neither takes is excluded (``no-runner``). A config
+without ``architectures`` goes by its entry's task: the runner that lists it in ``tasks``.
 """
 
 from __future__ import annotations
@@ -284,10 +287,15 @@ class Runners:
         mappings, else (no architecture named) by its task (see the module's docstring)."""
         config = config or {}
         architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+        media: list[str] = []
         for architecture in architectures:
             chosen = self._by_architecture(architecture, config)
             if chosen is not None:
                 return Choice(chosen)
+            why = automap.not_text(architecture, config, task)
+            if why:  # a speech-to-text model, or a base model of images or audio
+                media.append(why)
+                continue
             for kind in automap.kinds_of(architecture, config, task):
                 ranked = [
                     (r.takes(kind, config), i, r) for i, r in enumerate(self.by_name.values())
@@ -296,7 +304,7 @@ class Runners:
                 if rank and runner is not None:
                     return Choice(runner, kind)
         if architectures:
-            return Choice(None, reason=unrouted(architectures))
+            return Choice(None, reason="; ".join(media)[:500] or unrouted(architectures))
         by_task = next((r for r in reversed(self.by_name.values()) if task in r.tasks), None)
         why = f"config.json names no architectures and no runner takes the task {task!r}"
         return Choice(by_task, reason="" if by_task else why)

@@ -44,4 +44,6 @@ def decoder(params: dict[str, Any]) -> Generation:
     with step("load", Result.FAIL_LOAD):
         tokenizer = load_tokenizer(params)
     causal_lm, inputs = transformers.AutoModelForCausalLM, user_message(tokenizer, PROMPT)
-    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=params.get("prefill_chunk"))
+    chunk = params.get("prefill_chunk")  # none for a prompt of one chunk (RWKV has no cache)
+    chunk = chunk if chunk and inputs["input_ids"].shape[-1] > chunk else None
+    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=chunk)

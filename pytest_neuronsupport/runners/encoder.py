@@ -85,10 +85,12 @@ class Head:
     def forward(self, model: Any, encoded: dict[str, Any], tokenizer: Any, device: str) -> Any:
         """One forward pass; the outputs the check compares, on the CPU in fp32."""
         takes = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
-        inputs = {k: v.to(device) for k, v in encoded.items() if k in takes}
+        moved = {k: v.to(device) for k, v in encoded.items()}
+        inputs = {k: v for k, v in moved.items() if k in takes}
         with torch.no_grad():  # not inference_mode: dynamo trips a guard (BigBird, FACTS.md)
             out = model(**inputs)
-        return self.outputs(out, inputs, tokenizer).float().cpu()
+        # the outputs are picked by every input, the attention mask too (FNet takes none)
+        return self.outputs(out, moved, tokenizer).float().cpu()
 
 
 def run_masked_lm(params: dict[str, Any], ops: Any) -> dict[str, Any]:

@@ -8,6 +8,10 @@ processor and a chat template). The checkpoints exercise the whole pipeline (``f
 ``torch.compile``, ``generate`` or a forward pass) without network access; in model lists they
 are named ``zoo:<name>``.
 
+The tiny architectures (:mod:`.architectures`) are named ``zoo:arch/<class>``
+(``zoo:arch/LlamaForCausalLM``): :func:`problem` checks such a name, :func:`checkpoint` builds
+either kind into the cache on first use, under the same lock discipline.
+
 Checkpoints are built into ``<cache_dir>/zoo/v<ZOO_VERSION>-transformers-<version>/<name>`` by
 :func:`ensure_built` and never committed. With the same library versions every file is
 byte-identical on every build. Byte-level BPE is the only tokenizer model used because WordPiece
@@ -35,7 +39,51 @@ Modules, each importing only those listed after it:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pytest_neuronsupport.zoo.builder import build, ensure_built, zoo_root
 from pytest_neuronsupport.zoo.catalog import ZOO_VERSION, ZooModel, get, names
 
-__all__ = ["ZOO_VERSION", "ZooModel", "build", "ensure_built", "get", "names", "zoo_root"]
+#: A zoo name that starts with this names a tiny architecture: ``arch/LlamaForCausalLM``.
+ARCHITECTURE_PREFIX = "arch/"
+
+__all__ = [
+    "ARCHITECTURE_PREFIX",
+    "ZOO_VERSION",
+    "ZooModel",
+    "build",
+    "checkpoint",
+    "ensure_built",
+    "get",
+    "names",
+    "problem",
+    "zoo_root",
+]
+
+
+def problem(name: str) -> str | None:
+    """Why ``name`` (after ``zoo:``) names no zoo model, or None when it names one."""
+    if name.startswith(ARCHITECTURE_PREFIX):
+        from pytest_neuronsupport.zoo.architecture_table import BUILT, NOT_BUILDABLE
+
+        cls = name.removeprefix(ARCHITECTURE_PREFIX)
+        if cls in NOT_BUILDABLE:
+            return f"the tiny architecture {cls!r} cannot be built: {NOT_BUILDABLE[cls]}"
+        if cls not in BUILT:
+            return (
+                f"unknown tiny architecture {cls!r} (a class transformers maps for the card's "
+                "text tasks: `neuronsupport zoo list --architectures`)"
+            )
+        return None
+    if name not in names():
+        return f"unknown zoo model {name!r} (known: {', '.join(names())})"
+    return None
+
+
+def checkpoint(name: str, cache_dir: Path) -> Path:
+    """The checkpoint folder of a zoo model or tiny architecture, built on first use."""
+    if name.startswith(ARCHITECTURE_PREFIX):
+        from pytest_neuronsupport.zoo import architectures
+
+        return architectures.ensure_built(name.removeprefix(ARCHITECTURE_PREFIX), cache_dir)
+    return ensure_built(name, cache_dir)

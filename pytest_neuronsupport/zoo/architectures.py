@@ -36,7 +36,10 @@ KINDS = (
     "sequence_classification",
 )
 FAMILY = "roberta"
-FOLDER = "architectures"
+#: The cache's folder of the checkpoints, named by the version of how they are built (2: a
+#: hybrid keeps an attention layer, an encoder-decoder without a start token starts from pad).
+BUILD_VERSION = 2
+FOLDER = f"architectures-v{BUILD_VERSION}"
 #: Config keys shrunk wherever they appear (nested configs too), to these values.
 SIZES: dict[str, int] = {
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "n_embed"), 64),
@@ -65,10 +68,14 @@ SIZES: dict[str, int] = {
 #: Per-layer lists cut to the shrunk number of layers.
 LAYER_LISTS = ("layer_types", "mlp_layer_types", "attention_layer_types", "block_types")
 LAYERS = 2
+#: Layer types that attend (a cut list of a hybrid's layer types keeps one).
+ATTENTION_LAYERS = ("full_attention", "sliding_attention", "attention")
 #: A model type's own keyword arguments, where shrinking its sizes is not enough.
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
     "reformer": {"axial_pos_embds_dim": [32, 32]},
+    # its attention layer is every 8th from the 5th: the second of two layers instead
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
 }
 #: The kinds whose head gets three labels (question answering keeps its start and end).
 LABELLED = ("token_classification", "sequence_classification")
@@ -83,6 +90,40 @@ def mapped() -> list[tuple[str, str, str]]:
             for cls in classes:
                 seen.setdefault(cls, (model_type, cls, kind))
     return sorted(seen.values(), key=lambda t: t[1])
+
+
+#: The task a list entry names for a class that is also an image-text-to-text model, built as
+#: a text model (so the mappings route it by what it was built as).
+TEXT_TASKS = {"causal_lm": "text-generation", "seq2seq_lm": "text2text-generation"}
+#: The bundled list of every tiny architecture that builds (``model_list()`` writes it).
+LIST_NAME = "architectures.toml"
+_LIST_HEADER = """\
+# Every architecture transformers maps for the card's text tasks: a tiny random model of each
+# class that builds (`neuronsupport zoo build --architectures`), built on first use into the
+# cache. Generated: `neuronsupport zoo list --architectures > model_lists/architectures.toml`
+# (tests/test_architectures.py fails when this file differs). Not part of the default sweep:
+# `pytest --neuron-sweep --neuron-models architectures`. Its expected results on the CPU with
+# aot_eager: architectures-expected.toml (`--neuron-baseline`). transformers {version}.
+"""
+
+
+def model_list() -> str:
+    """The text of the bundled list: one ``zoo:arch/<class>`` entry per class that builds, the
+    runner left to the mappings, as for any checkpoint; the task too, but for a class that is
+    also image-text-to-text (Gemma 3), built as the text model it is first in :data:`KINDS`."""
+    from pytest_neuronsupport.zoo import ARCHITECTURE_PREFIX
+    from pytest_neuronsupport.zoo.architecture_table import BUILT
+
+    built = {cls: (model_type, kind) for model_type, cls, kind in mapped() if cls in BUILT}
+    entries = []
+    for cls in sorted(built):
+        entry = f'[[model]]\nid = "zoo:{ARCHITECTURE_PREFIX}{cls}"\n'
+        model_type, kind = built[cls]
+        first = automap.kinds_of(cls, {"model_type": model_type})[0]
+        if first == "image_text_to_text" and kind != first:  # built with no image processor
+            entry += f'task = "{TEXT_TASKS[kind]}"  # built as a {kind}, with a tokenizer only\n'
+        entries.append(entry)
+    return _LIST_HEADER.format(version=automap.transformers_version()) + "\n" + "\n".join(entries)
 
 
 def name_of(cls: str) -> str:
@@ -105,13 +146,20 @@ def shrunk(values: dict[str, Any], ids: dict[str, Any]) -> dict[str, Any]:
             out[key] = min(value, SIZES[key]) if value else value
             if SIZES[key] == LAYERS:
                 layers = LAYERS
-        elif key == "vocab_size":
+        elif key in ("vocab_size", "unpadded_vocab_size"):  # Inkling 2 pads to the first
             out[key] = ids["vocab_size"]
         elif key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             out[key] = ids.get(key, ids["eos_token_id"]) if value is not None else None
     for key in LAYER_LISTS:
         if isinstance(values.get(key), list) and layers:
             out[key] = values[key][:layers]
+            # a hybrid keeps one attention layer (Qwen3-Next: three linear ones first)
+            attention = [t for t in values[key] if t in ATTENTION_LAYERS]
+            if attention and not set(out[key]) & set(ATTENTION_LAYERS):
+                out[key][-1] = attention[0]
+    if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None:
+        if values.get("bos_token_id") is None:  # T5: generation starts from the pad token
+            out["decoder_start_token_id"] = ids.get("pad_token_id", ids["eos_token_id"])
     return out
 
 
