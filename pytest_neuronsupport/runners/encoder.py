@@ -1,6 +1,7 @@
 """``run_encoder``: one compiled forward pass on ``"My name is Wolfgang and I live in Berlin."``
 (128 tokens; ``Berlin`` masked for a masked LM; after ``"Where do I live?"`` for question answering)
-with the head class the checkpoint declares; held to what the CPU achieves in bf16 against fp32."""
+with the head class the checkpoint declares; its error to the CPU's float64 outputs held to the
+CPU eager run's in the same dtype."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pytest_neuronsupport.runners.lib.compare import (
     compare_hidden,
     compare_predictions,
     compare_scores,
+    held_to_noise,
 )
 from pytest_neuronsupport.runners.lib.models import (
     compile_forward,
@@ -29,7 +31,7 @@ from pytest_neuronsupport.runners.lib.models import (
     step,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference
+from pytest_neuronsupport.runners.lib.reference import cached_reference, exact_reference
 
 RUNNER = Runner(
     name="encoder",
@@ -83,12 +85,11 @@ class Head:
     check: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, str], Check]  # fp32, bf16, dev
 
     def forward(self, model: Any, encoded: dict[str, Any], tokenizer: Any, device: str) -> Any:
-        """One forward pass; the outputs the check compares, on the CPU in fp32."""
+        """One forward pass; the outputs the check compares, on the CPU in float64."""
         takes = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
         inputs = {k: v.to(device) for k, v in encoded.items() if k in takes}
         with torch.no_grad():  # not inference_mode: dynamo trips a guard (BigBird, FACTS.md)
-            out = model(**inputs)
-        return self.outputs(out, inputs, tokenizer).float().cpu()
+            return self.outputs(model(**inputs), inputs, tokenizer).double().cpu()
 
 
 def run_masked_lm(params: dict[str, Any], ops: Any) -> dict[str, Any]:
@@ -225,13 +226,18 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     try:
         ref, verdict["reference_cached"] = cached_reference(reference)
     except Exception as exc:
-        verdict["check"] = {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
-        return verdict
+        return {
+            **verdict,
+            "check": {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]},
+        }
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
-        verdict["check"] = {"rule": head.kind, "skipped": "CPU reference not reproducible"}
-        return verdict
-    check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])
+        return {
+            **verdict,
+            "check": {"rule": head.kind, "skipped": "CPU reference not reproducible"},
+        }
+    check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])  # without float64
+    check = held_to_noise(check, values, ref, params["dtype"])
     verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
     return verdict
 
@@ -251,17 +257,20 @@ def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
 
 
 def cpu_reference(
-    params: dict[str, Any], head: Head, cls: Any, encoded: dict[str, Any], tokenizer: Any
-) -> dict[str, Any]:
-    """The CPU's outputs in fp32 (twice: are they reproducible?) and in bf16 (where it fails,
-    ``cpu_bf16_failed`` says why: the device is held to fp32 alone)."""
+    params: dict[str, Any], head: Head, cls: Any, encoded: Any, tokenizer: Any
+) -> Any:
+    """The CPU's outputs in fp32 (twice: are they reproducible?), in bf16 (where it fails,
+    ``cpu_bf16_failed`` says why: the device is held to fp32 alone), and in float64 and eagerly
+    in the run's dtype (:func:`exact_reference`)."""
+    forward = functools.partial(head.forward, encoded=encoded, tokenizer=tokenizer, device="cpu")
     model = load_pretrained(cls, params, "float32", "cpu")
-    fp32, again = (head.forward(model, encoded, tokenizer, "cpu") for _ in range(2))
+    fp32, again = (forward(model) for _ in range(2))
     info: dict[str, Any] = {"reference_reproducible": bool(torch.equal(fp32, again))}
     info["reference_max_difference"] = float((fp32 - again).abs().max()) if fp32.numel() else 0.0
+    have, model = {"float32": fp32}, None
     try:  # optional: a model that cannot run in bf16 on the CPU (DeBERTa v1) is held to fp32
-        model = load_pretrained(cls, params, "bfloat16", "cpu")
-        bf16 = head.forward(model, encoded, tokenizer, "cpu")
+        have["bfloat16"] = bf16 = forward(load_pretrained(cls, params, "bfloat16", "cpu"))
     except Exception as exc:
         bf16, info["cpu_bf16_failed"] = fp32, f"held to fp32 alone: {exc!r}"[:300]
-    return {"fp32": fp32, "bf16": bf16, "info": info}
+    exact = exact_reference(params, cls, forward, have)
+    return {"fp32": fp32, "bf16": bf16, "info": info, **exact}

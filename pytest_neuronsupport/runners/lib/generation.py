@@ -30,7 +30,7 @@ from pytest_neuronsupport.runners.lib.models import (
     torch_dtype,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference
+from pytest_neuronsupport.runners.lib.reference import cached_reference, exact_reference
 
 PROMPT = "The future of AI is"
 NEW_TOKENS = 32
@@ -55,7 +55,8 @@ def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dic
 
 
 def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The verdict with its tokens held against the CPU fp32 run's (computed, or cached)."""
+    """The verdict with its tokens held against the CPU fp32 run's (computed, or cached); at a
+    divergence, against the float64 scores and the noise of eager's."""
     gc.collect()  # the device's copy of the model is gone: room for the CPU's
     phase("reference")
     try:
@@ -65,7 +66,7 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
-    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"])
+    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"], ref)
     verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
     return verdict
 
@@ -117,19 +118,27 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
         )  # fmt: skip
     steps = len(out.scores)
     tokens = out.sequences[0, out.sequences.shape[1] - steps :].tolist()
-    scores = torch.stack([s[0] for s in out.scores]).float().cpu()
+    scores = torch.stack([s[0] for s in out.scores]).double().cpu()
     return tokens, scores
 
 
 def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
-    """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed."""
+    """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed; and the
+    same greedy run in float64 and eagerly in the run's dtype (:func:`exact_reference`).
+
+    Generated greedily, not teacher-forced: the same code path as the device's run (static
+    cache, chunked prefill) for any model that generates, and at each position the scores of
+    a teacher-forced pass wherever its tokens before it are the reference's (which the check
+    verifies; else the fixed rule decides)."""
     model = load_pretrained(gen.model_class, params, "float32", "cpu")
     tokens, scores = greedy(model, gen, "cpu")
     again, scores_again = greedy(model, gen, "cpu")
     same_shape = scores.shape == scores_again.shape
     difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
     info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
-    return {"tokens": tokens, "scores": scores, "info": info}
+    runs = {"float32": (tokens, scores)}
+    exact = exact_reference(params, gen.model_class, lambda m: greedy(m, gen, "cpu"), runs)
+    return {"tokens": tokens, "scores": scores, "info": info, **exact}
 
 
 def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, Any]) -> Any:

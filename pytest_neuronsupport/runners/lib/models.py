@@ -37,8 +37,8 @@ def step(name: str, failure: Result) -> Iterator[None]:
 
 
 def torch_dtype(name: str) -> Any:
-    """``"bfloat16"`` → ``torch.bfloat16``."""
-    if name not in DTYPES:
+    """``"bfloat16"`` → ``torch.bfloat16`` (``"float64"`` too: the CPU's exact reference)."""
+    if name not in (*DTYPES, "float64"):
         raise ValueError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})")
     return getattr(torch, name)
 
