@@ -34,8 +34,7 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
 
 
 def run_ranks(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
-    """Several cores: each rank holds its share of every layer (the model's own tensor-parallel
-    plan)."""
+    """Several cores: each rank holds its share of every layer (its tensor-parallel plan)."""
     return generate_on_ranks(params, ops, decoder(params), {"tp_plan": "auto"})
 
 

@@ -1,7 +1,6 @@
 """``run_encoder``: one compiled forward pass on ``"My name is Wolfgang and I live in Berlin."``
 (128 tokens; ``Berlin`` masked for a masked LM; after ``"Where do I live?"`` for question answering)
-with the head class the checkpoint declares; its error to the CPU's float64 outputs held to the
-CPU eager run's in the same dtype."""
+with the head class the checkpoint declares; held to float64 within the CPU eager run's noise."""
 
 from __future__ import annotations
 
@@ -226,16 +225,12 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     try:
         ref, verdict["reference_cached"] = cached_reference(reference)
     except Exception as exc:
-        return {
-            **verdict,
-            "check": {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]},
-        }
+        verdict["check"] = {"rule": head.kind, "skipped": f"CPU run failed: {exc!r}"[:500]}
+        return verdict
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
-        return {
-            **verdict,
-            "check": {"rule": head.kind, "skipped": "CPU reference not reproducible"},
-        }
+        verdict["check"] = {"rule": head.kind, "skipped": "CPU reference not reproducible"}
+        return verdict
     check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])  # without float64
     check = held_to_noise(check, values, ref, params["dtype"])
     verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
@@ -257,8 +252,8 @@ def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
 
 
 def cpu_reference(
-    params: dict[str, Any], head: Head, cls: Any, encoded: Any, tokenizer: Any
-) -> Any:
+    params: dict[str, Any], head: Head, cls: Any, encoded: dict[str, Any], tokenizer: Any
+) -> dict[str, Any]:
     """The CPU's outputs in fp32 (twice: are they reproducible?), in bf16 (where it fails,
     ``cpu_bf16_failed`` says why: the device is held to fp32 alone), and in float64 and eagerly
     in the run's dtype (:func:`exact_reference`)."""

@@ -80,10 +80,9 @@ class Check:
 
 def near_tie_tolerance(scores: Tensor, dtype: str) -> float:
     """The noise level under which two of ``scores`` (one position) count as tied."""
-    finite = scores[torch.isfinite(scores)].double()
-    scale = float(finite.abs().max()) if finite.numel() else 0.0
+    scale = torch.cat([scores[torch.isfinite(scores)].double().abs(), torch.ones(1).double()])
     eps = float(torch.finfo(torch_dtype(dtype)).eps)  # bf16 2^-7, fp16 2^-10, fp32 2^-23
-    return NEAR_TIE_FACTOR * eps * max(1.0, scale)
+    return NEAR_TIE_FACTOR * eps * float(scale.max())  # max(1, max |z|)
 
 
 def margin_at(scores: Tensor, cpu_choice: int, device_choice: int) -> float:
@@ -150,8 +149,7 @@ def compare_predictions(
     if pdev == p32:
         return Check(True, "Y", details)
     if pdev == p16:
-        details["matched"] = "cpu_bf16"
-        return Check(True, "Y (CPU bf16)", details)
+        return Check(True, "Y (CPU bf16)", {**details, "matched": "cpu_bf16"})
     differing = [r for r, (a, b) in enumerate(zip(p32, pdev, strict=True)) if a != b]
     found = [
         (margin_at(fp32[r], p32[r], pdev[r]), near_tie_tolerance(fp32[r], dtype), r)

@@ -71,9 +71,7 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     return verdict
 
 
-def generate_on_ranks(
-    params: dict[str, Any], ops: Any, gen: Generation, sharding: dict[str, Any]
-) -> dict[str, Any] | None:
+def generate_on_ranks(params: dict[str, Any], ops: Any, gen: Generation, sharding: Any) -> Any:
     """Several cores, in each rank: load this rank's shard, compile, generate; on rank 0 the
     tokens held against the CPU fp32 run where the host's memory holds the model in fp32
     (else the English judge, if one is set, decides), None on the others."""
@@ -86,9 +84,7 @@ def generate_on_ranks(
     return checked(params, gen, verdict) if rank == 0 else None
 
 
-def generate(
-    params: dict[str, Any], ops: Any, gen: Generation, load: Callable[[], Any], device: str
-) -> dict[str, Any]:
+def generate(params: dict[str, Any], ops: Any, gen: Generation, load: Any, device: str) -> Any:
     """Load (timed, peak memory counted), compile and generate: the verdict so far."""
     started = time.perf_counter()
     ops.reset_peak()
@@ -116,10 +112,8 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
             output_scores=True, return_dict_in_generate=True,
             pad_token_id=gen.tokenizer.pad_token_id, **chunking,
         )  # fmt: skip
-    steps = len(out.scores)
-    tokens = out.sequences[0, out.sequences.shape[1] - steps :].tolist()
     scores = torch.stack([s[0] for s in out.scores]).double().cpu()
-    return tokens, scores
+    return out.sequences[0, out.sequences.shape[1] - len(scores) :].tolist(), scores
 
 
 def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
