@@ -33,7 +33,7 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
     return generate_and_check(params, ops, decoder(params))
 
 
-def run_ranks(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
+def run_ranks(params: dict[str, Any], ops: Any) -> Any:  # None on ranks but 0
     """Several cores: each rank holds its share of every layer (its tensor-parallel plan)."""
     return generate_on_ranks(params, ops, decoder(params), {"tp_plan": "auto"})
 
