@@ -54,6 +54,7 @@ def configure(config: pytest.Config) -> SweepSession:
     from pytest_neuronsupport.settings import settings_from
 
     config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
+    xdist.tie_to_controller(config)
     settings, hooks = settings_from(config), Hooks(config)
     try:
         store = open_results(settings.results, settings.shared)

@@ -12,11 +12,21 @@ from typing import Any, Protocol
 
 import pytest
 
+from pytest_neuronsupport.runners.lib.processes import die_with_parent
+
 SWEEP_ID_KEY = "neuronsupport_sweep_id"
 
 
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+def tie_to_controller(config: pytest.Config) -> None:
+    """A worker dies with its controller, as a run dies with the worker watching it (and the
+    worker's fork server, whose pipe then closes, with it): a controller killed outright leaves
+    nothing running whose row nobody would record."""
+    if is_worker(config):
+        die_with_parent()
 
 
 def sweep_id(config: pytest.Config) -> str:

@@ -243,6 +243,9 @@ def cpu_run_fails_backend_for_tests(
 def _fail_the_next_causal_lm_load() -> None:
     import transformers
 
+    # no CPU reference kept by an earlier run (the tests' folders share them): the CPU runs
+    os.environ.pop("NEURONSUPPORT_REFERENCE", None)
+
     auto = transformers.AutoModelForCausalLM
     if not getattr(auto, "cpu_run_fails_for_tests", False):
         setattr(auto, "cpu_run_fails_for_tests", True)  # noqa: B010  (once per process)

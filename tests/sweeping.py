@@ -117,13 +117,16 @@ class SweepRunner:
         self.env = dict(env or {})
         self.pending: PendingSweep | None = None
         self.runs = 0
-        # Each folder has its cache (CPU references) and core leases but shares the built zoo:
+        # Each folder has its cache and core leases but shares the built zoo and CPU references:
         # the leases of one folder's sweeps must not wait for another's, running in parallel.
         # (Not ``own_cache``: ``cache`` itself, as the sweep whose results were copied here.)
         self.cache = path / "cache" if own_cache else cache
         if own_cache:
             self.cache.mkdir()
             (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
+            # CPU references too: each is named by all it depends on (pipeline/reference.py)
+            (cache / "references").mkdir(exist_ok=True)
+            (self.cache / "references").symlink_to(cache / "references", target_is_directory=True)
         # an ini file makes the folder the rootdir, and sets the cache through its key
         (path / "tox.ini").write_text(
             f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n",

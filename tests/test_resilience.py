@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK
 from tests.shared_sweeps import (
     CRASHES,
     CRASHES_TIMEOUT_S,
@@ -81,10 +82,38 @@ def journal_lines(results_dir: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in (results_dir / "journal").glob("*.jsonl"))
 
 
-def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
+def descendants(pid: int) -> set[int]:
+    """The processes ``pid`` started, and theirs (from /proc: each process's parent)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_controller_leaves_no_process_and_loses_no_recorded_row(
     sweep: SweepRunner, tmp_path: Path
 ) -> None:
-    models = ["zoo:llama", "zoo:bert", "zoo:gpt2", "zoo:bert-mlm", "zoo:distilbert-sst"]
+    """SIGKILL of the controller alone, under xdist, while one worker's run hangs: its
+    workers, their fork servers and runs stop (each dies with its parent) at once, not when the
+    hang times out, and the rows journaled before the kill are kept."""
+    models = ["zoo:qwen3", "zoo:llama", "zoo:bert", "zoo:gpt2", "zoo:bert-mlm"]
     path = sweep.write_list([{"id": m} for m in models])
     command = [
         sys.executable,
@@ -94,12 +123,14 @@ def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
         "--neuron-models",
         str(path),
         "--neuron-backend",
-        "aot_eager",
+        MISBEHAVING,
         "-p",
         "no:cacheprovider",
         "-q",
+        "-n",
+        "2",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NEURONSUPPORT_TEST_MISBEHAVIOUR": "zoo:qwen3=hang"}
     proc = subprocess.Popen(
         command,
         cwd=sweep.path,
@@ -108,11 +139,25 @@ def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+    def hanging() -> bool:
+        logs = sweep.results.glob("runs/*/*/zoo--qwen3/output.log")
+        return any(f"{PHASE_MARK} gen" in log.read_text() for log in logs)
+
     deadline = time.monotonic() + 240
-    while journal_lines(sweep.results) < 2 and time.monotonic() < deadline:
+    while not (journal_lines(sweep.results) >= 2 and hanging()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the controller, its fork server, its run
+    started = descendants(proc.pid)  # workers, fork servers, the runs going on
+    assert len(started) >= 5 and hanging(), started
+    os.kill(proc.pid, signal.SIGKILL)  # the controller only
     proc.wait()
+    deadline = time.monotonic() + 30  # at once when idle; wide, for a loaded machine
+    while any(map(alive, started)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in started if alive(pid)]
+    for pid in left:  # not to outlive the test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "processes outlived the controller"
     recorded = [
         json.loads(line)["row"]
         for p in (sweep.results / "journal").glob("*.jsonl")
@@ -121,7 +166,7 @@ def test_sigkill_of_the_whole_sweep_loses_no_recorded_row(
     assert len(recorded) >= 2
     assert not list((sweep.results / "data").glob("*/*.parquet"))  # killed before any merge
 
-    again = sweep.run(*models)
+    again = sweep.run(*models, backend=MISBEHAVING)  # no hang now
     rows = again.rows
     assert sorted(rows) == sorted(models)  # every model exactly once (read_rows checks)
     for row in recorded:  # rows journaled before the kill are intact, and not run again

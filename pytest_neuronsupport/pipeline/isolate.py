@@ -265,6 +265,15 @@ def _forked_run(
     gc.freeze()
     os.setsid()
     die_with_parent()
+    # The server stops when its client's end of its "alive" pipe closes; every process it forks
+    # inherits a copy of that end, which would keep it open (and the server, and so this run,
+    # running) after the sweep's process died: closed here.
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
     # Semaphores the run creates are its own business: give it its own resource tracker (a
     # process in its session, stopped with it), not the sweep's, which would report them.
     import multiprocessing.resource_tracker as tracker

@@ -33,7 +33,7 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
     rank that fails writes its failure for the launcher, and exits non-zero."""
     rank = os.environ.get("RANK")
     if rank is None:
-        return launch_ranks(params, ops_class, sys.argv[1:])
+        return launch_ranks(params, ops_class, lambda: main_ranks(params, run, ops_class))
     if rank == "0":
         return main(params, run, ops_class)
     failure = attempt(params, run, ops_class)
