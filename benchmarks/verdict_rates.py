@@ -99,7 +99,9 @@ def main() -> None:
     print(f"{len(ONE_CORE)} one-core tiny models on cpu; {os.cpu_count()} cores", flush=True)
     print(f"{'backend':<16} {'numbers':<8} {'FAIL(output)':>12} {'other':>6} {'rate':>6} target")
     figures: dict[str, dict[str, object]] = {}
-    for name, backend, correct in (b for b in BACKENDS if b[0] in chosen):
+    for name, backend, correct in sorted(
+        (b for b in BACKENDS if b[0] in chosen), key=lambda b: chosen.index(b[0])
+    ):
         started = time.perf_counter()
         rows = sweep(work, backend, work / f"results-{name}")
         failed = [str(r["model_id"]) for r in rows if r["result"] == "FAIL(output)"]

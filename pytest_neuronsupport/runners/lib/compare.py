@@ -135,13 +135,11 @@ def compare_tokens(
     return near_tie(f"token {i}", margin, tolerance, dtype, check=details, first_divergence=i)
 
 
-def compare_predictions(
-    what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str, labels: list[str] | None = None
-) -> Check:
+def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str) -> Check:
     """Encoder rule for predictions: each row of ``[N, C]`` scores predicts its argmax.
 
-    ``what`` names the rows in messages (``"mask"``, ``"token"``, ``"class"``, ``"span"``...);
-    ``labels`` optionally names each row (the span's ``start`` and ``end``).
+    ``what`` names the rows in messages (``"mask"``, ``"token"``, ``"class"``, ``"span"``...),
+    with their index (a span's two rows: ``start`` and ``end``).
     """
     p32, p16, pdev = (t.argmax(dim=-1).tolist() for t in (fp32, bf16, dev))
     details: dict[str, Any] = {"rule": "predictions", "what": what, "dtype": dtype}
@@ -155,8 +153,8 @@ def compare_predictions(
         (margin_at(fp32[r], p32[r], pdev[r]), near_tie_tolerance(fp32[r], dtype), r)
         for r in differing
     ]
-    margin, tolerance, row = max(found, key=lambda m: m[0] / m[1] if m[1] > 0 else float("inf"))
-    name = f"{what} {labels[row] if labels else row}"
+    margin, tolerance, row = max(found, key=lambda m: m[0] / m[1])  # each tolerance > 0
+    name = f"{what} {('start', 'end')[row] if what == 'span' else row}"
     details.update(differing=differing, worst=name, margin=margin, tolerance=tolerance)
     return near_tie(name, margin, tolerance, dtype, check=details, first_divergence=differing[0])
 

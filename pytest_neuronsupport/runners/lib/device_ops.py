@@ -23,7 +23,6 @@ class CpuOps:
 
     def reset_peak(self) -> None: ...
     def synchronize(self) -> None: ...
-
     def peak_gb(self) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 

@@ -84,9 +84,8 @@ def error_site(error: BaseException) -> str | None:
         for f, _ in traceback.walk_tb(error.__traceback__)
         if f.f_globals is not globals()  # without this module's own (GraphCount), wherever it is
     ]
-    inside = [f for f in frames if f[0] != "torch" and not f[0].startswith(NOT_COMPILER)] or frames[
-        -1:
-    ]
+    inside = [f for f in frames if f[0] != "torch" and not f[0].startswith(NOT_COMPILER)]
+    inside = inside or frames[-1:]
     first = inside[0][0].split(".") if inside else [""]
     package = ".".join(first[: 2 if first[0] == "torch" else 1]) + "."
     return ":".join([f for f in inside if f"{f[0]}.".startswith(package)][-1]) if inside else None
