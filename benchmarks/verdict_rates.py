@@ -83,7 +83,8 @@ def sweep(work: Path, backend: str, results: Path) -> list[dict[str, object]]:
     if done.returncode not in (0, 1):  # 1: some model failed, which is what is measured
         sys.exit(f"failed: {' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     (table,) = (results / "data").glob("*/*.parquet")
-    return pq.read_table(table).to_pylist()
+    rows: list[dict[str, object]] = pq.read_table(table).to_pylist()
+    return rows
 
 
 def main() -> None:
