@@ -225,12 +225,10 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     except Exception as exc:
         skipped = f"CPU run failed: {exc!r}"[:500]
     if skipped:
-        verdict["check"] = {"rule": head.kind, "skipped": skipped}
-        return verdict
+        return {**verdict, "check": {"rule": head.kind, "skipped": skipped}}
     check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])  # without float64
     check = held_to_noise(check, values, ref, params["dtype"])
-    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
-    return verdict
+    return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 
 def head_class(params: dict[str, Any], default: Any) -> tuple[Any, Any]:
@@ -263,5 +261,4 @@ def cpu_reference(params: dict[str, Any], cls: Any, forward: Any) -> dict[str, A
         have["bfloat16"] = bf16 = forward(load_pretrained(cls, params, "bfloat16", "cpu"))
     except Exception as exc:
         bf16, info["cpu_bf16_failed"] = fp32, f"held to fp32 alone: {exc!r}"[:300]
-    exact = exact_reference(params, cls, forward, have)
-    return {"fp32": fp32, "bf16": bf16, "info": info, **exact}
+    return {"fp32": fp32, "bf16": bf16, "info": info, **exact_reference(params, cls, forward, have)}

@@ -41,8 +41,7 @@ def make_image() -> Any:
 
     red = Image.linear_gradient("L").rotate(90).resize((IMAGE_SIZE, IMAGE_SIZE))
     green = Image.linear_gradient("L").resize((IMAGE_SIZE, IMAGE_SIZE))
-    blue = Image.blend(red, green, 0.5)
-    return Image.merge("RGB", (red, green, blue))
+    return Image.merge("RGB", (red, green, Image.blend(red, green, 0.5)))
 
 
 def load_processor(params: dict[str, Any]) -> Any:

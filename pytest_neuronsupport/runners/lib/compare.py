@@ -149,11 +149,10 @@ def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtyp
     if pdev == p16:
         return Check(True, "Y (CPU bf16)", {**details, "matched": "cpu_bf16"})
     differing = [r for r, (a, b) in enumerate(zip(p32, pdev, strict=True)) if a != b]
-    found = [
-        (margin_at(fp32[r], p32[r], pdev[r]), near_tie_tolerance(fp32[r], dtype), r)
-        for r in differing
-    ]
-    margin, tolerance, row = max(found, key=lambda m: m[0] / m[1])  # each tolerance > 0
+    margins = [margin_at(fp32[r], p32[r], pdev[r]) for r in differing]
+    tolerances = [near_tie_tolerance(fp32[r], dtype) for r in differing]  # each > 0
+    found = zip(margins, tolerances, differing, strict=True)
+    margin, tolerance, row = max(found, key=lambda m: m[0] / m[1])  # the farthest from a tie
     name = f"{what} {('start', 'end')[row] if what == 'span' else row}"
     details.update(differing=differing, worst=name, margin=margin, tolerance=tolerance)
     return near_tie(name, margin, tolerance, dtype, check=details, first_divergence=differing[0])

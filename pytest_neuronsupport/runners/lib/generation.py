@@ -67,8 +67,7 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
     check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"], ref)
-    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
-    return verdict
+    return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 
 def generate_on_ranks(params: dict[str, Any], ops: Any, gen: Generation, sharding: Any) -> Any:
