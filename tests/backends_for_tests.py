@@ -297,32 +297,59 @@ def _one_percent_off(value: torch.Tensor) -> torch.Tensor:
     return value * (1 + 0.01 * _signs(value).to(value.dtype))
 
 
+def _one_percent_of_magnitude_off(value: torch.Tensor) -> torch.Tensor:
+    """``value`` plus 1% of its own magnitude (root mean square), with a fixed sign pattern:
+    not a scale, so no normalization after it can take it back."""
+    magnitude = value.float().pow(2).mean().sqrt().to(value.dtype)
+    return value + 0.01 * magnitude * _signs(value).to(value.dtype)
+
+
+#: The ops the wrong backends below miscompile: every spelling of a linear or a matmul.
+_MATMULS = (
+    torch._C._nn.linear,
+    torch.nn.functional.linear,
+    torch.matmul,
+    operator.matmul,
+    torch.ops.aten.linear.default,
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+)
+
+
+def _rewritten(
+    gm: torch.fx.GraphModule, change: Callable[[torch.Tensor], torch.Tensor], first_only: bool
+) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose first matmul's output (``first_only``), or every matmul's, goes
+    through ``change`` before its users see it."""
+    copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    found = [n for n in copied.graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    for node in found[:1] if first_only else found:
+        with copied.graph.inserting_after(node):
+            off = copied.graph.call_function(change, (node,))
+        node.replace_all_uses_with(off, delete_user_cb=lambda user, off=off: user is not off)
+    copied.recompile()
+    return copied
+
+
 def one_op_off_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:
     """Wrong: the graph's first linear (or matmul) comes out 1% off, each element up or down
     in a fixed pattern (a copy of the graph, rewritten), as a miscompiled op. A graph without
-    one runs faithfully."""
-    ops = (
-        torch._C._nn.linear,
-        torch.nn.functional.linear,
-        torch.matmul,
-        operator.matmul,
-        torch.ops.aten.linear.default,
-        torch.ops.aten.mm.default,
-        torch.ops.aten.addmm.default,
-        torch.ops.aten.bmm.default,
-    )
-    copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-    first = next(
-        (n for n in copied.graph.nodes if n.op == "call_function" and n.target in ops), None
-    )
-    if first is not None:
-        with copied.graph.inserting_after(first):
-            off = copied.graph.call_function(_one_percent_off, (first,))
-        first.replace_all_uses_with(off, delete_user_cb=lambda user: user is not off)
-        copied.recompile()
-    return copied.forward
+    one runs faithfully. In a transformer that first linear is usually the attention's query
+    projection, whose error a softmax over near-equal scores all but removes (the tiny zoo's
+    random weights): a weak wrong compiler, kept for comparison."""
+    return _rewritten(gm, _one_percent_off, first_only=True).forward
+
+
+def every_linear_off_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong: every linear (or matmul) of the graph comes out off by 1% of its output's
+    magnitude, added with a fixed sign pattern, as a compiler whose lowering of that one op is
+    wrong wherever the op appears. A graph without one runs faithfully."""
+    return _rewritten(gm, _one_percent_of_magnitude_off, first_only=False).forward
 
 
 def _swap_top_two(scores: torch.Tensor) -> torch.Tensor:
