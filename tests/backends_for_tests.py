@@ -9,6 +9,7 @@ compiler team's own backend.
 from __future__ import annotations
 
 import copy
+import operator
 import os
 import signal
 import time
@@ -256,3 +257,130 @@ def _fail_the_next_causal_lm_load() -> None:
             raise MemoryError("test-only backend: the host cannot hold the CPU reference")
 
         setattr(auto, "from_pretrained", fails_once)  # noqa: B010
+
+
+# Backends of the verdict-rate benchmark (benchmarks/verdict_rates.py): two numerically
+# correct ones that reorder or round differently, and two wrong ones.
+
+
+def _float_outputs(value: Any, change: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``value`` with ``change`` applied to each floating-point tensor in it."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return change(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_float_outputs(v, change) for v in value)
+    return value
+
+
+def _signs(value: torch.Tensor) -> torch.Tensor:
+    """A fixed pattern of +1 and -1 of ``value``'s shape (the same on every call)."""
+    generator = torch.Generator().manual_seed(1234)
+    return torch.randint(0, 2, value.shape, generator=generator).to(value.device) * 2 - 1
+
+
+def one_ulp_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+    """Correct but not bitwise: every floating-point output of the graph moves by one unit in
+    the last place of its dtype, up or down in a fixed pattern, as a compiler whose
+    reductions round differently."""
+
+    def one_ulp(value: torch.Tensor) -> torch.Tensor:
+        away = torch.where(_signs(value) > 0, torch.inf, -torch.inf).to(value.dtype)
+        return torch.nextafter(value, away)
+
+    def run(*args: Any) -> Any:
+        return _float_outputs(gm.forward(*args), one_ulp)
+
+    return run
+
+
+def _one_percent_off(value: torch.Tensor) -> torch.Tensor:
+    return value * (1 + 0.01 * _signs(value).to(value.dtype))
+
+
+def _one_percent_of_magnitude_off(value: torch.Tensor) -> torch.Tensor:
+    """``value`` plus 1% of its own magnitude (root mean square), with a fixed sign pattern:
+    not a scale, so no normalization after it can take it back."""
+    magnitude = value.float().pow(2).mean().sqrt().to(value.dtype)
+    return value + 0.01 * magnitude * _signs(value).to(value.dtype)
+
+
+#: The ops the wrong backends below miscompile: every spelling of a linear or a matmul.
+_MATMULS = (
+    torch._C._nn.linear,
+    torch.nn.functional.linear,
+    torch.matmul,
+    operator.matmul,
+    torch.ops.aten.linear.default,
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+)
+
+
+def _rewritten(
+    gm: torch.fx.GraphModule, change: Callable[[torch.Tensor], torch.Tensor], first_only: bool
+) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose first matmul's output (``first_only``), or every matmul's, goes
+    through ``change`` before its users see it."""
+    copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    found = [n for n in copied.graph.nodes if n.op == "call_function" and n.target in _MATMULS]
+    for node in found[:1] if first_only else found:
+        with copied.graph.inserting_after(node):
+            off = copied.graph.call_function(change, (node,))
+        node.replace_all_uses_with(off, delete_user_cb=lambda user, off=off: user is not off)
+    copied.recompile()
+    return copied
+
+
+def one_op_off_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong: the graph's first linear (or matmul) comes out 1% off, each element up or down
+    in a fixed pattern (a copy of the graph, rewritten), as a miscompiled op. A graph without
+    one runs faithfully. In a transformer that first linear is usually the attention's query
+    projection, whose error a softmax over near-equal scores all but removes (the tiny zoo's
+    random weights): a weak wrong compiler, kept for comparison."""
+    return _rewritten(gm, _one_percent_off, first_only=True).forward
+
+
+def every_linear_off_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong: every linear (or matmul) of the graph comes out off by 1% of its output's
+    magnitude, added with a fixed sign pattern, as a compiler whose lowering of that one op is
+    wrong wherever the op appears. A graph without one runs faithfully."""
+    return _rewritten(gm, _one_percent_of_magnitude_off, first_only=False).forward
+
+
+def _swap_top_two(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` with its two largest entries at the last position swapped."""
+    if scores.dim() < 2 or scores.shape[-1] < 2:
+        return scores
+    swapped = scores.clone()
+    last = swapped[..., -1, :]
+    top = last.topk(2, dim=-1).indices
+    first, second = last.gather(-1, top[..., :1]), last.gather(-1, top[..., 1:])
+    last.scatter_(-1, top[..., :1], second)
+    last.scatter_(-1, top[..., 1:], first)
+    return swapped
+
+
+def swapped_top_two_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong: in the graph's float output with the widest last dimension (the logits, where
+    the graph computes them), the two largest scores at the last position trade places, as a
+    miscompiled argmax or gather. Every other output is left as it is."""
+
+    def run(*args: Any) -> Any:
+        outputs = gm.forward(*args)
+        flat = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        scores = [o for o in flat if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        scores = [o for o in scores if o.dim() >= 2]
+        if not scores:
+            return outputs
+        widest = max(scores, key=lambda o: o.shape[-1])
+        changed = [_swap_top_two(o) if o is widest else o for o in flat]
+        return type(outputs)(changed) if isinstance(outputs, (list, tuple)) else changed[0]
+
+    return run

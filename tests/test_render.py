@@ -336,7 +336,7 @@ def test_the_steps_come_first_and_in_the_order_they_run() -> None:
     )
     marks = [steps.index(f'"{phase}"') for phase in ("load", "forward", "reference")]
     assert marks == sorted(marks)
-    assert steps.index("compile_forward") < steps.index("head.forward(") < steps.index("head.check")
+    assert steps.index("compile_forward") < steps.index("= forward(") < steps.index("head.check")
 
 
 HOSTILE = 'x"\n"""\nimport os; os.system("echo pwned")  # \u2028 \\'

@@ -40,7 +40,7 @@ from pytest_neuronsupport.pipeline.render import (
     render,
     sha256,
 )
-from pytest_neuronsupport.pipeline.sizing import host_holds_fp32
+from pytest_neuronsupport.pipeline.sizing import host_holds_fp32, host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 from pytest_neuronsupport.settings import Settings
@@ -139,6 +139,7 @@ def script_parts(
         prefill_chunk=s.prefill_chunk if runner.generates else None,
         judge=sweep.judge if judged else None,
         cpu_reference=compared if runner.generates and several else None,
+        fp64_reference=None if host_holds_fp64(planned.weight_bytes) else False,
     )
     code = ScriptPlan(
         runner_module=runner.module,

@@ -76,11 +76,16 @@ class RunParams:
     #: fp32 run (the host's memory holds the model in fp32). None on one core, where it always
     #: does, and left out of ``PARAMS`` there.
     cpu_reference: bool | None = None
+    #: False where the host's memory cannot hold the model in float64: the CPU reference then
+    #: has no float64 outputs and the checks fall back to fixed rules. None (left out of
+    #: ``PARAMS``) where it can.
+    fp64_reference: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        if values["cpu_reference"] is None:
-            del values["cpu_reference"]
+        for name in ("cpu_reference", "fp64_reference"):
+            if values[name] is None:
+                del values[name]
         return values
 
 

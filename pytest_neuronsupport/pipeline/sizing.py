@@ -142,6 +142,13 @@ def host_holds_fp32(weight_bytes: int | None) -> bool:
     return 2 * weight_bytes <= HOST_SHARE * available_memory_bytes()
 
 
+def host_holds_fp64(weight_bytes: int | None) -> bool:
+    """Whether the host's available memory holds a model in float64 beside its fp32 copy (six
+    times its bf16 weights, at most :data:`HOST_SHARE` of it), for the exact CPU reference the
+    output checks measure noise against (a decoder's fp32 reference model is still loaded)."""
+    return weight_bytes is None or 6 * weight_bytes <= HOST_SHARE * available_memory_bytes()
+
+
 def available_memory_bytes() -> int:
     """The host's available memory: ``MemAvailable`` in /proc/meminfo, else the free pages."""
     try:

@@ -33,9 +33,8 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
     return generate_and_check(params, ops, decoder(params))
 
 
-def run_ranks(params: dict[str, Any], ops: Any) -> dict[str, Any] | None:
-    """Several cores: each rank holds its share of every layer (the model's own tensor-parallel
-    plan)."""
+def run_ranks(params: dict[str, Any], ops: Any) -> Any:  # None on ranks but 0
+    """Several cores: each rank holds its share of every layer (its tensor-parallel plan)."""
     return generate_on_ranks(params, ops, decoder(params), {"tp_plan": "auto"})
 
 
@@ -44,6 +43,4 @@ def decoder(params: dict[str, Any]) -> Generation:
     with step("load", Result.FAIL_LOAD):
         tokenizer = load_tokenizer(params)
     causal_lm, inputs = transformers.AutoModelForCausalLM, user_message(tokenizer, PROMPT)
-    chunk = params.get("prefill_chunk")  # none for a prompt of one chunk (RWKV has no cache)
-    chunk = chunk if chunk and inputs["input_ids"].shape[-1] > chunk else None
-    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=chunk)
+    return Generation(causal_lm, inputs, tokenizer, prefill_chunk=params.get("prefill_chunk"))

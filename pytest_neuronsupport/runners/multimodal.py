@@ -1,7 +1,6 @@
-"""``run_multimodal``: an image-text-to-text model (``AutoModelForImageTextToText``, LLaVA- and
-Qwen-VL-like) generates 32 tokens greedily from an image made here (no download) and the prompt
-``"The future of AI is"``, a user message through the processor's chat template. Static cache,
-compiled, on one core; its tokens are checked against a CPU fp32 run."""
+"""``run_multimodal``: an image-text-to-text model (LLaVA- and Qwen-VL-like) generates 32 tokens
+greedily, compiled with a static cache, from an image made here and ``PROMPT`` in the processor's
+chat template; its tokens are checked against the CPU's (float64, fp32)."""
 
 from __future__ import annotations
 
@@ -42,14 +41,12 @@ def make_image() -> Any:
 
     red = Image.linear_gradient("L").rotate(90).resize((IMAGE_SIZE, IMAGE_SIZE))
     green = Image.linear_gradient("L").resize((IMAGE_SIZE, IMAGE_SIZE))
-    blue = Image.blend(red, green, 0.5)
-    return Image.merge("RGB", (red, green, blue))
+    return Image.merge("RGB", (red, green, Image.blend(red, green, 0.5)))
 
 
 def load_processor(params: dict[str, Any]) -> Any:
-    return transformers.AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-        params["checkpoint"], revision=params.get("revision"), trust_remote_code=False
-    )
+    options = dict(revision=params.get("revision"), trust_remote_code=False)
+    return transformers.AutoProcessor.from_pretrained(params["checkpoint"], **options)  # type: ignore[no-untyped-call]
 
 
 def encode(processor: Any) -> dict[str, Any]:

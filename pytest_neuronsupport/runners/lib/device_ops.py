@@ -23,7 +23,6 @@ class CpuOps:
 
     def reset_peak(self) -> None: ...
     def synchronize(self) -> None: ...
-
     def peak_gb(self) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
@@ -55,14 +54,9 @@ class CudaOps:
     def __init__(self) -> None:
         torch.cuda.init()  # type: ignore[no-untyped-call]
 
-    def reset_peak(self) -> None:
-        torch.cuda.reset_peak_memory_stats()
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
-
-    def peak_gb(self) -> float:
-        return float(torch.cuda.max_memory_allocated()) / 1e9
+    reset_peak = staticmethod(lambda: torch.cuda.reset_peak_memory_stats())
+    synchronize = staticmethod(lambda: torch.cuda.synchronize())
+    peak_gb = staticmethod(lambda: float(torch.cuda.max_memory_allocated()) / 1e9)
 
 
 class CudaRankOps(CudaOps):
@@ -87,14 +81,9 @@ class NeuronOps:
     def __init__(self) -> None:
         importlib.import_module("torch_neuronx")
 
-    def reset_peak(self) -> None:
-        torch.neuron.reset_peak_memory_stats()  # type: ignore[attr-defined]
-
-    def synchronize(self) -> None:
-        torch.neuron.synchronize()  # type: ignore[attr-defined]
-
-    def peak_gb(self) -> float:
-        return float(torch.neuron.max_memory_allocated()) / 1e9  # type: ignore[attr-defined]
+    reset_peak = staticmethod(lambda: torch.neuron.reset_peak_memory_stats())  # type: ignore[attr-defined]
+    synchronize = staticmethod(lambda: torch.neuron.synchronize())  # type: ignore[attr-defined]
+    peak_gb = staticmethod(lambda: float(torch.neuron.max_memory_allocated()) / 1e9)  # type: ignore[attr-defined]
 
 
 class NeuronRankOps(NeuronOps):
@@ -188,10 +177,8 @@ class NeuronTrainOps(NeuronOps):
 
 
 def init_process_group(backend: str) -> None:
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend)
 
 
 def expand_ranges(text: str) -> list[int]:

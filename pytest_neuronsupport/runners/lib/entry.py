@@ -50,9 +50,8 @@ def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) ->
     torch.manual_seed(0)
     ops = ops_class()  # sets the device up
     count = GraphCount(params["backend"])
-    params = {**params, "backend": count}
     try:
-        verdict, failure = run(params, ops), None
+        verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
         verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
     return None if verdict is None else {**verdict, **count.fields(failure)}

@@ -30,7 +30,7 @@ from pytest_neuronsupport.runners.lib.models import (
     torch_dtype,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference
+from pytest_neuronsupport.runners.lib.reference import cached_reference, exact_reference
 
 PROMPT = "The future of AI is"
 NEW_TOKENS = 32
@@ -55,7 +55,8 @@ def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dic
 
 
 def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The verdict with its tokens held against the CPU fp32 run's (computed, or cached)."""
+    """The verdict with its tokens held against the CPU fp32 run's (computed, or cached); at a
+    divergence, against the float64 scores and the noise of eager's."""
     gc.collect()  # the device's copy of the model is gone: room for the CPU's
     phase("reference")
     try:
@@ -65,14 +66,11 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
-    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"])
-    verdict.update(vars(check), result=Result.PASS if check.passed else Result.FAIL_OUTPUT)
-    return verdict
+    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"], ref)
+    return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 
-def generate_on_ranks(
-    params: dict[str, Any], ops: Any, gen: Generation, sharding: dict[str, Any]
-) -> dict[str, Any] | None:
+def generate_on_ranks(params: dict[str, Any], ops: Any, gen: Generation, sharding: Any) -> Any:
     """Several cores, in each rank: load this rank's shard, compile, generate; on rank 0 the
     tokens held against the CPU fp32 run where the host's memory holds the model in fp32
     (else the English judge, if one is set, decides), None on the others."""
@@ -85,9 +83,7 @@ def generate_on_ranks(
     return checked(params, gen, verdict) if rank == 0 else None
 
 
-def generate(
-    params: dict[str, Any], ops: Any, gen: Generation, load: Callable[[], Any], device: str
-) -> dict[str, Any]:
+def generate(params: dict[str, Any], ops: Any, gen: Generation, load: Any, device: str) -> Any:
     """Load (timed, peak memory counted), compile and generate: the verdict so far."""
     started = time.perf_counter()
     ops.reset_peak()
@@ -107,7 +103,8 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
     """32 greedy new tokens with a static cache, and the scores each was chosen from."""
     dtype, items = next(model.parameters()).dtype, gen.inputs.items()
     inputs = {k: v.to(device, dtype if v.is_floating_point() else v.dtype) for k, v in items}
-    chunking = {"prefill_chunk_size": gen.prefill_chunk} if gen.prefill_chunk else {}
+    chunked = gen.prefill_chunk and inputs["input_ids"].shape[-1] > gen.prefill_chunk
+    chunking = {"prefill_chunk_size": gen.prefill_chunk} if chunked else {}  # RWKV: no cache
     with torch.no_grad():  # not inference_mode: sharded (DTensor) weights need version counters
         out = model.generate(
             **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation="static",
@@ -115,21 +112,27 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
             output_scores=True, return_dict_in_generate=True,
             pad_token_id=gen.tokenizer.pad_token_id, **chunking,
         )  # fmt: skip
-    steps = len(out.scores)
-    tokens = out.sequences[0, out.sequences.shape[1] - steps :].tolist()
-    scores = torch.stack([s[0] for s in out.scores]).float().cpu()
-    return tokens, scores
+    scores = torch.stack([s[0] for s in out.scores]).double().cpu()
+    return out.sequences[0, out.sequences.shape[1] - len(scores) :].tolist(), scores
 
 
 def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
-    """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed."""
+    """The CPU fp32 eager run, twice: tokens, scores, and whether the two runs agreed; and the
+    same greedy run in float64 and eagerly in the run's dtype (:func:`exact_reference`).
+
+    Generated greedily, not teacher-forced: the same code path as the device's run (static
+    cache, chunked prefill) for any model that generates, and at each position the scores of
+    a teacher-forced pass wherever its tokens before it are the reference's (which the check
+    verifies; else the fixed rule decides)."""
     model = load_pretrained(gen.model_class, params, "float32", "cpu")
     tokens, scores = greedy(model, gen, "cpu")
     again, scores_again = greedy(model, gen, "cpu")
     same_shape = scores.shape == scores_again.shape
     difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
     info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
-    return {"tokens": tokens, "scores": scores, "info": info}
+    runs = {"float32": (tokens, scores)}
+    exact = exact_reference(params, gen.model_class, lambda m: greedy(m, gen, "cpu"), runs)
+    return {"tokens": tokens, "scores": scores, "info": info, **exact}
 
 
 def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, Any]) -> Any:

@@ -46,10 +46,9 @@ class GraphCount:
         if failure is not None:
             breaks.append(break_reason(str(failure), getattr(failure, "real_stack", None)))
             notes = {"notes": f"graph break under fullgraph=True: {breaks[-1]}"[:300]}
-        if not self.graphs and not breaks:
-            return {}
         counts = {"graph_count": self.graphs, "graph_breaks": len(breaks), **notes}
-        return {**counts, "graph_break_reasons": list(dict.fromkeys(breaks))}
+        reasons = {"graph_break_reasons": list(dict.fromkeys(breaks))}
+        return {**counts, **reasons} if self.graphs or breaks else {}
 
 
 def break_reason(reason: str, user_stack: Any) -> str:
@@ -60,8 +59,7 @@ def break_reason(reason: str, user_stack: Any) -> str:
     text = re.sub(r"[^\s`'\"]*site-packages/", "", text)  # the same on every machine
     if not user_stack:
         return text
-    frame = user_stack[-1]
-    where = frame.filename.rpartition("site-packages/")[2]
+    where, frame = user_stack[-1].filename.rpartition("site-packages/")[2], user_stack[-1]
     return f"{text} ({where}:{frame.lineno} in {frame.name})"
 
 
@@ -71,8 +69,7 @@ def failure_fields(failure: BaseException) -> dict[str, Any]:
     chain = [failure]  # dynamo's BackendCompilerFailed keeps the backend's as inner_exception
     while len(chain) < 9 and (chain[-1].__cause__ or getattr(chain[-1], "inner_exception", None)):
         chain.append(chain[-1].__cause__ or chain[-1].inner_exception)  # type: ignore[attr-defined]
-    root = chain[-1]
-    fields = {"error_site": error_site(root)}
+    fields = {"error_site": error_site(root := chain[-1])}
     if len(chain) > 2:  # RunFailure, a wrapper, the error it wraps
         fields["notes"] = f"{type(root).__name__}: {root}".split("\n")[0][:300]
     return fields

@@ -30,15 +30,14 @@ def step(name: str, failure: Result) -> Iterator[None]:
     phase(name)
     try:
         yield
-    except (MemoryError, torch.OutOfMemoryError) as exc:
-        raise RunFailure(Result.FAIL_OTHER, exc) from exc
-    except Exception as exc:
-        raise RunFailure(failure, exc) from exc
+    except Exception as exc:  # running out of memory: FAIL(other)
+        oom = isinstance(exc, (MemoryError, torch.OutOfMemoryError))
+        raise RunFailure(Result.FAIL_OTHER if oom else failure, exc) from exc
 
 
 def torch_dtype(name: str) -> Any:
-    """``"bfloat16"`` → ``torch.bfloat16``."""
-    if name not in DTYPES:
+    """``"bfloat16"`` → ``torch.bfloat16`` (``"float64"`` too: the CPU's exact reference)."""
+    if name not in (*DTYPES, "float64"):
         raise ValueError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})")
     return getattr(torch, name)
 
@@ -51,9 +50,8 @@ def load_pretrained(cls: Any, params: dict[str, Any], dtype: str, device: str) -
 
 
 def load_tokenizer(params: dict[str, Any]) -> Any:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(
-        params["checkpoint"], revision=params.get("revision"), trust_remote_code=False
-    )
+    options = dict(revision=params.get("revision"), trust_remote_code=False)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(params["checkpoint"], **options)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token or tokenizer.unk_token
     return tokenizer
 
@@ -62,10 +60,8 @@ def user_message(tokenizer: Any, text: str, without_template: str = "") -> dict[
     """``text`` as a user message through the tokenizer's chat template, if it has one (else
     the plain text followed by ``without_template``): input ids and attention mask."""
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": text}]
-        encoded = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
-        )
+        chat = dict(add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], **chat)
     else:
         encoded = tokenizer(text + without_template, return_tensors="pt")
     return {k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded}

@@ -24,13 +24,11 @@ def signal_name(returncode: int | None) -> str | None:
     """``-11`` → ``"SIGSEGV"``; None for a process that exited (or has not)."""
     if returncode is None or returncode >= 0:
         return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
+    known = -returncode in signal.valid_signals()
+    return signal.Signals(-returncode).name if known else f"signal {-returncode}"
 
 
 def exit_description(returncode: int) -> str:
     """``"was killed by SIGSEGV"`` or ``"exited with status 3"``."""
-    name = signal_name(returncode)
+    name = signal_name(returncode)  # None: it exited
     return f"was killed by {name}" if name else f"exited with status {returncode}"

@@ -4,16 +4,21 @@ The plugin names the file in ``$NEURONSUPPORT_REFERENCE``, keyed by everything t
 reference (the checkpoint, the run code, the torch and transformers versions: see
 :mod:`pytest_neuronsupport.pipeline.reference`), so a second sweep of the same models pays only
 for the device. Unset (``python3 run.py`` by hand), every run computes its reference afresh.
+
+Besides the CPU fp32 run, a reference holds the outputs in float64 and eagerly in the device's
+own dtype (:func:`exact_reference`), from which the checks measure the noise they allow.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from pytest_neuronsupport.runners.lib.models import load_pretrained
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
 
 
@@ -30,3 +35,18 @@ def cached_reference(compute: Callable[[], dict[str, Any]]) -> tuple[dict[str, A
         torch.save(value, f"{path}.{os.getpid()}.tmp")
         os.replace(f"{path}.{os.getpid()}.tmp", path)
     return value, False
+
+
+def exact_reference(params: dict[str, Any], cls: Any, outputs: Any, have: Any) -> dict[str, Any]:
+    """``outputs`` of the model (``cls``) on the CPU eagerly in the run's dtype (from ``have``,
+    by dtype, where the reference computed them already) and in float64: ``eager`` and ``fp64``;
+    or ``fp64_unavailable``, why not (the sweep's ``fp64_reference`` false: the host's memory
+    cannot hold the model in float64; a pass that raised)."""
+    if params.get("fp64_reference") is False:
+        return {"fp64_unavailable": "the host's memory cannot hold the model in float64"}
+    load = functools.partial(load_pretrained, cls, params, device="cpu")
+    try:
+        eager = have[params["dtype"]] if params["dtype"] in have else outputs(load(params["dtype"]))
+        return {"eager": eager, "fp64": outputs(load("float64"))}
+    except Exception as exc:
+        return {"fp64_unavailable": f"the eager or float64 CPU pass failed: {exc!r}"[:300]}

@@ -37,6 +37,7 @@ import torch
 import torch._dynamo
 import transformers
 
+from pytest_neuronsupport.runners.lib.compare import ACCURACY_FLOOR, ACCURACY_MULTIPLE
 from pytest_neuronsupport.runners.lib.models import (
     RunFailure,
     compile_forward,
@@ -72,11 +73,6 @@ OUT_OF_MEMORY = (
     "memoryerror",
 )
 LEARNING_RATE = 1e-3
-#: The check allows the device ``ACCURACY_MULTIPLE * eager's error + ACCURACY_FLOOR`` (each
-#: against float64): 3 is PyTorch's multiplier for mixed precision and small tensors (2 for large
-#: fp32 ones); the floor is its ``tol / 10`` at ``tol = 1e-4``, for when eager is exact by luck.
-ACCURACY_MULTIPLE = 3.0
-ACCURACY_FLOOR = 1e-5
 #: What compiling imports on first use, imported before a compiled trial's cap: the fork
 #: server has imported them (``pipeline.isolate.PRELOAD``), and ``python3 train.py`` in a fresh
 #: interpreter must not count them under its cap when a forked run does not.

@@ -1,0 +1,209 @@
+"""Tolerances from measured noise: the device's error against a float64 CPU reference held to
+``ACCURACY_MULTIPLE`` times the CPU eager run's (in the device's dtype) plus ``ACCURACY_FLOOR``.
+
+Constructed tensors in, decision out (as ``test_compare.py``); then the float64 reference of a
+zoo model, cached in its file and reused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_neuronsupport import zoo
+from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.runners.lib.compare import (
+    ACCURACY_FLOOR,
+    ACCURACY_MULTIPLE,
+    Check,
+    compare_tokens,
+    held_to_noise,
+)
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+
+K, FLOOR = ACCURACY_MULTIPLE, ACCURACY_FLOOR
+
+
+def row(values: dict[int, float], vocab: int = 8) -> torch.Tensor:
+    scores = torch.full((vocab,), -5.0, dtype=torch.float64)
+    for index, value in values.items():
+        scores[index] = value
+    return scores
+
+
+def decoder(margin: float, noise: float) -> tuple[list[int], torch.Tensor, dict[str, Any]]:
+    """The CPU's tokens 5, 5, 3; at step 2 float64 prefers 3 over 4 by ``margin``; the eager
+    run's scores there are float64's with candidate 7 off by ``noise`` (its margin error)."""
+    exact = torch.stack([row({5: 10.0}), row({5: 10.0}), row({3: 10.0, 4: 10.0 - margin})])
+    eager = exact.clone()
+    eager[2, 7] += noise
+    runs = {"fp64": ([5, 5, 3], exact), "eager": ([5, 5, 3], eager)}
+    return [5, 5, 3], exact.float().double(), runs
+
+
+@pytest.mark.parametrize(("margin", "passed"), [(0.03, True), (0.0301, False)])
+def test_a_decoder_near_tie_is_held_to_k_times_eager_noise_plus_the_floor(
+    margin: float, passed: bool
+) -> None:
+    ref, scores, runs = decoder(margin, noise=0.01)
+    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
+    assert check.passed is passed
+    tolerance = K * 0.01 + FLOOR  # 0.03001: a fixed 4 eps x 10 in fp32 would be 4.8e-6
+    assert check.near_tie_tolerance == pytest.approx(tolerance)
+    assert check.divergence_margin == pytest.approx(margin)
+    numbers = check.check["fp64"]
+    assert numbers["error_device"] == pytest.approx(margin)
+    assert numbers["error_eager"] == pytest.approx(0.01)
+    assert numbers["tolerance"] == pytest.approx(tolerance)
+    assert check.cpu_match.startswith("~ near-tie at token 2" if passed else "N at token 2")
+
+
+def test_eager_noise_ignores_a_shift_of_every_score() -> None:
+    ref, scores, runs = decoder(1e-4, noise=0.0)
+    runs["eager"][1][2] += 0.5  # every score of step 2 moved alike: no choice changes
+    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
+    assert check.check["fp64"]["error_eager"] == pytest.approx(0.0, abs=1e-12)
+    assert check.near_tie_tolerance == pytest.approx(FLOOR)
+    assert not check.passed  # 1e-4 > the floor: exact agreement leaves no room but the floor
+
+
+def test_the_margin_is_float64s_so_a_device_choosing_its_best_passes() -> None:
+    """The CPU fp32 run took 3; in float64 token 4 is better: the device's 4 has no error."""
+    ref, scores, runs = decoder(-0.5, noise=0.0)
+    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
+    assert check.passed and check.divergence_margin == 0.0
+    assert check.check["margin_fp32"] == pytest.approx(-0.5)
+
+
+def test_without_float64_the_fixed_rule_decides_and_says_why() -> None:
+    ref, scores, _ = decoder(0.03, noise=0.01)
+    unavailable = {"fp64_unavailable": "the host's memory cannot hold the model in float64"}
+    check = compare_tokens(ref, scores, [5, 5, 4], "float32", unavailable)
+    assert not check.passed  # 0.03 > 4 * 2**-23 * 10
+    assert check.near_tie_tolerance == pytest.approx(4 * 2.0**-23 * 10.0)
+    assert check.check["fp64"] == unavailable["fp64_unavailable"]
+
+
+def test_a_float64_run_whose_tokens_parted_earlier_leaves_the_fixed_rule() -> None:
+    ref, scores, runs = decoder(0.03, noise=0.01)
+    runs["fp64"] = ([5, 6, 3], runs["fp64"][1])  # float64 took 6 at step 1
+    check = compare_tokens(ref, scores, [5, 5, 4], "bfloat16", runs)
+    assert check.near_tie_tolerance == pytest.approx(4 * 2.0**-7 * 10.0)
+    assert check.check["fp64"] == "no float64 scores at token 2"
+
+
+def encoder(device_error: float, eager_error: float) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Outputs of norm 10, the eager run and the device off float64 by the given relative
+    errors."""
+    exact = torch.zeros(4, 25, dtype=torch.float64)
+    exact[0, 0] = 10.0
+    off = torch.zeros_like(exact)
+    off[1, 1] = 10.0
+    return exact + device_error * off, {"fp64": exact, "eager": exact + eager_error * off}
+
+
+@pytest.mark.parametrize(("device_error", "passed"), [(3.0e-3, True), (3.02e-3, False)])
+def test_an_encoder_is_held_to_k_times_eager_error_plus_the_floor(
+    device_error: float, passed: bool
+) -> None:
+    device, ref = encoder(device_error, eager_error=1e-3)
+    fixed = Check(True, "Y", {"rule": "hidden", "min_cosine": 0.9999})
+    check = held_to_noise(fixed, device, ref, "bfloat16")
+    assert check.passed is passed
+    assert check.near_tie_tolerance == pytest.approx(K * 1e-3 + FLOOR)
+    assert check.divergence_margin == pytest.approx(device_error)
+    assert check.check["fp64"]["error_eager"] == pytest.approx(1e-3)
+    assert check.check["min_cosine"] == 0.9999  # the fixed rule's numbers stay
+    assert check.cpu_match == "Y" if passed else check.cpu_match.startswith("N error to fp64")
+
+
+def test_an_encoder_within_noise_passes_where_the_fixed_rule_failed() -> None:
+    device, ref = encoder(2e-3, eager_error=1e-3)
+    check = held_to_noise(Check(False, "N mask 0: margin ..."), device, ref, "bfloat16")
+    assert check.passed and check.cpu_match.startswith("~ near-tie: error to fp64")
+
+
+def test_an_exact_eager_run_leaves_the_floor() -> None:
+    device, ref = encoder(2e-5, eager_error=0.0)
+    assert not held_to_noise(Check(True, "Y"), device, ref, "float32").passed
+    device, ref = encoder(0.9e-5, eager_error=0.0)
+    assert held_to_noise(Check(True, "Y"), device, ref, "float32").passed
+
+
+def test_an_encoder_without_float64_keeps_the_fixed_rule_and_says_why() -> None:
+    device, _ = encoder(0.5, eager_error=0.0)
+    fixed = Check(True, "Y (CPU bf16)", {"rule": "predictions"})
+    check = held_to_noise(fixed, device, {"fp64_unavailable": "a pass failed"}, "bfloat16")
+    assert check is fixed and check.passed
+    assert check.check["fp64"] == "a pass failed: the fixed rule decided"
+
+
+# --- the float64 reference of a run: computed once, kept in its file, reused --------------------
+
+
+class Ops:
+    def reset_peak(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def peak_gb(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("model", "runner", "entry"),
+    [("distilbert-sst", "encoder", "run_sequence_classification"), ("gpt2", "dense", "run")],
+)
+def test_the_float64_reference_is_cached_and_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, runner: str, entry: str
+) -> None:
+    import importlib
+
+    run = getattr(importlib.import_module(f"pytest_neuronsupport.runners.{runner}"), entry)
+    params: dict[str, Any] = {"checkpoint": str(zoo.ensure_built(model, tmp_path))}
+    params.update(dtype="float32", device="cpu", backend="eager", fullgraph=False)
+    params.update(prefill_chunk=None)
+    reference = tmp_path / "reference.pt"
+    monkeypatch.setenv(REFERENCE_ENV, str(reference))
+    first = run(params, Ops())
+    kept = torch.load(reference, weights_only=True)
+    assert "fp64" in kept and "eager" in kept, kept.get("fp64_unavailable")
+    again = run(params, Ops())
+    assert (first["reference_cached"], again["reference_cached"]) == (False, True)
+    assert first["result"] == again["result"] == Result.PASS
+    check = json.loads(classify.verdict_fields(again)["check"])
+    if runner == "encoder":  # eager on the "device": its error is the eager fp32 run's
+        numbers = check["fp64"]
+        assert numbers["error_device"] == pytest.approx(numbers["error_eager"])
+        assert 0 < numbers["error_eager"] < 1e-5
+        assert numbers["tolerance"] == pytest.approx(K * numbers["error_eager"] + FLOOR)
+    else:
+        assert check["rule"] == "tokens" and first["cpu_match"] == "Y"
+        tokens, scores = kept["fp64"]
+        assert tokens == kept["tokens"] and scores.dtype == torch.float64
+    params["fp64_reference"] = False  # a host too small: the reference file is another's
+    monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "small-host.pt"))
+    small = run(params, Ops())
+    assert "fp64" not in torch.load(tmp_path / "small-host.pt", weights_only=True)
+    if runner == "encoder":
+        assert (
+            "cannot hold the model in float64"
+            in json.loads(classify.verdict_fields(small)["check"])["fp64"]
+        )
+
+
+def test_a_float64_reference_runs_where_the_host_holds_the_model_in_fp32_and_fp64() -> None:
+    from pytest_neuronsupport.pipeline.sizing import (
+        HOST_SHARE,
+        available_memory_bytes,
+        host_holds_fp64,
+    )
+
+    fits = int(HOST_SHARE * available_memory_bytes() / 6 * 0.9)  # bf16 bytes: x2 fp32, x4 fp64
+    assert host_holds_fp64(fits) and not host_holds_fp64(fits * 2)
+    assert host_holds_fp64(None)
