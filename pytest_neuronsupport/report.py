@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
 from pytest_neuronsupport.dataset.training import TRAIN
-from pytest_neuronsupport.pipeline.classify import unchecked_kind
+from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
@@ -46,7 +46,7 @@ JUNIT_FIELDS = (
 
 def failure_text(row: Mapping[str, Any], run_py: str | Path | None) -> str:
     """The short text of a failed model's test: result, first line of the error, run.py."""
-    detail = first_line(row.get("error"), 200) or first_line(row.get("cpu_match"), 200)
+    detail = first_line(own_error(row.get("error")), 200) or first_line(row.get("cpu_match"), 200)
     lines = [f"{row['result']} {row['model_id']}: {detail}".rstrip(": ")]
     if row.get("result") == Result.FAIL_OUTPUT and row.get("cpu_match"):
         lines.append(f"cpu_match: {row['cpu_match']}")
@@ -111,7 +111,7 @@ def failure_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         if str(row["result"]).startswith("FAIL"):
             output = row.get("cpu_match") if row["result"] == Result.FAIL_OUTPUT else None
             why = first_line(output, 200) or first_line(row.get("notes"), 200)
-            why = why or first_line(row.get("error"), 200)
+            why = why or first_line(own_error(row.get("error")), 200)
             lines.append(f"{row['result']:<14} {row['model_id']}  {why}")
     return lines
 

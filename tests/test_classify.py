@@ -113,3 +113,31 @@ def test_a_hook_that_replaces_the_result_moves_checked_by_with_it() -> None:
 def test_the_column_is_appended_and_documented() -> None:
     assert COLUMNS[-3:] == ("checked_by", "architecture", "model_type")  # appended, in turn
     assert "checked_by" in COLUMN_DOCS
+
+
+def test_the_backends_own_error_comes_first_where_dynamo_wrapped_it() -> None:
+    """A real failure of a backend under torch.compile: its row keeps the whole text, which
+    starts with dynamo's wrapper; what people read (pytest's text, lookup, diff, the page)
+    starts with the backend's own exception."""
+    import torch
+
+    from pytest_neuronsupport.report import failure_text
+    from pytest_neuronsupport.runners.lib.graphs import GraphCount
+    from pytest_neuronsupport.runners.lib.models import RunFailure, step
+    from tests.backends_for_tests import fails_on_linear_backend_for_tests
+
+    linear = torch.nn.Linear(2, 2)
+    with pytest.raises(RunFailure) as raised, step("gen", Result.FAIL_GEN):
+        torch.compile(linear, backend=GraphCount(fails_on_linear_backend_for_tests))(torch.ones(2))
+    error = raised.value.error
+    assert error.startswith("BackendCompilerFailed: backend='fails_on_linear_backend_for_tests'")
+    own = classify.own_error(error)
+    assert own is not None and own.endswith("\n" + error)  # the whole text after it
+    assert own.split("\n")[0] == (
+        "NotImplementedError: test backend: no lowering for linear (through "
+        "BackendCompilerFailed backend='fails_on_linear_backend_for_tests')"
+    )
+    row = {"model_id": "m", "result": Result.FAIL_GEN, "error": error}
+    assert failure_text(row, None).startswith("FAIL(gen) m: NotImplementedError: test backend")
+    assert classify.own_error("ValueError: plain") == "ValueError: plain"  # nothing wrapped
+    assert classify.own_error(None) is None

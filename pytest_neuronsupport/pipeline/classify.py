@@ -24,6 +24,7 @@ fails and EXCLUDED is skipped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -209,6 +210,21 @@ def last_exception(text: str) -> str | None:
             after = [ln for ln in lines[i + 1 :] if ln and not ln.startswith((" ", "\t"))]
             return after[-1] if after else None
     return None
+
+
+#: dynamo's wrapper of a backend's error: ``BackendCompilerFailed: backend='x' raised:``, then
+#: on the next line the backend's own exception.
+WRAPPED = re.compile(r"(?P<wrapper>\w+): (?P<backend>backend=\S+) raised:[ \t]*\n\s*(?P<own>\S.*)")
+
+
+def own_error(error: str | None) -> str | None:
+    """``error`` with the backend's own exception first where dynamo wrapped it (the wrapper
+    after it, in parentheses), what a reader needs first in pytest's failure text, ``diff``,
+    ``lookup`` and the page; the row keeps the text whole, as it was raised."""
+    found = WRAPPED.match(error or "")
+    if found is None:
+        return error
+    return f"{found['own']} (through {found['wrapper']} {found['backend']})\n{error}"
 
 
 #: What a row that cannot be recorded keeps of itself: not its script's hash, so that the next

@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
-from pytest_neuronsupport.pipeline.classify import unchecked_kind
+from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -130,7 +130,7 @@ def lookup(results: Path, model: str) -> list[str]:
         )
         for pair, row in entries:
             wall = "-" if row.get("wall_s") is None else duration(row["wall_s"])
-            why = first_line(row.get("error") or row.get("notes"), 100)
+            why = first_line(own_error(row.get("error")) or row.get("notes"), 100)
             result, kind = str(row["result"]), unchecked_kind(row)
             if kind is not None and result == Result.PASS:
                 result, why = f"{result} unchecked", f"({kind}) {why or ''}".rstrip()
@@ -167,7 +167,7 @@ def diff(results: Path, pair_a: str, pair_b: str) -> list[Change]:
         a, b = rows_a.get(model_id), rows_b.get(model_id)
         result_a, result_b = (None if r is None else str(r["result"]) for r in (a, b))
         if result_a != result_b:
-            errors = (first_line((r or {}).get("error"), 200) for r in (a, b))
+            errors = (first_line(own_error((r or {}).get("error")), 200) for r in (a, b))
             changes.append(Change(model_id, result_a, result_b, *errors))
     return changes
 

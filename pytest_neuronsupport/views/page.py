@@ -30,6 +30,7 @@ import jinja2
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
+from pytest_neuronsupport.pipeline.classify import own_error
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
@@ -131,6 +132,7 @@ def _plain(value: object) -> object:
 
 def _page_row(index: int, row: Mapping[str, Any]) -> dict[str, Any]:
     data = {name: _plain(row[name]) for name in _FIELDS}
+    data["error"] = own_error(row["error"])  # the backend's own exception first
     data.update(index=index, pair=_pair_label(row), task=row["task"] or _NO_TASK)
     return data
 
