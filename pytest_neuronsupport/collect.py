@@ -85,6 +85,8 @@ class ModelItem(pytest.Item):
             before[outcome.table] = outcome
             self.outcomes.append(outcome)
         first = self.outcomes[0] if self.outcomes else None
+        if first is not None and first.fault is not None:
+            raise ModelFailure(report.fault_text(first.model_id, first.fault))
         if first is None or not first.rows:
             if first is not None and first.reason is not None:
                 skip_model(first.reason)

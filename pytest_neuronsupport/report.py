@@ -57,6 +57,11 @@ def failure_text(row: Mapping[str, Any], run_py: str | Path | None) -> str:
     return "\n".join(lines)
 
 
+def fault_text(model_id: str, fault: str) -> str:
+    """The failure text of a model whose test an environment fault stopped (no row)."""
+    return f"{model_id}: not tested, no row recorded: {fault}"
+
+
 def skip_text(row: Mapping[str, Any]) -> str:
     """The reason an EXCLUDED model's test is skipped."""
     return f"EXCLUDED ({row.get('exclusion')}): {row.get('notes')}"

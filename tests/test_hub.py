@@ -241,11 +241,16 @@ def test_hub_failures_are_fail_load_with_the_reason(
     assert rows["org/gpt2"][0] == "FAIL(load)" and "RevisionNotFoundError" in rows["org/gpt2"][1]
     assert rows["org/gated"][0] == "FAIL(load)" and "GatedRepoError" in rows["org/gated"][1]
 
+    # the Hub down is the environment's fault, not the model's: no row, the test fails
     monkeypatch.setenv("HF_ENDPOINT", closed := f"http://127.0.0.1:{free_port()}")
     down = sweep.run("org/gpt2", args=["--neuron-rerun"])
-    error = down.row("org/gpt2")["error"]
-    assert down.row("org/gpt2")["result"] == "FAIL(load)"
-    assert error.startswith(f"the Hub at {closed} is unreachable: ConnectError"), error
+    assert down.result.ret == 1 and down.outcome("org/gpt2") == "failed"
+    down.result.stdout.fnmatch_lines(
+        [f"org/gpt2: not tested, no row recorded: the Hub at {closed} is unreachable: *"]
+    )
+    kept = down.row("org/gpt2")  # the row recorded before stays as it was
+    assert kept["tested_at"] == done.row("org/gpt2")["tested_at"]
+    assert "RevisionNotFoundError" in kept["error"]
 
 
 @pytest.mark.slow

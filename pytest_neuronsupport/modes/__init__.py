@@ -70,6 +70,9 @@ class ModeOutcome:
     reason: str | None = None
     #: The script the rows came from, for the failure text.
     run_py: str | None = None
+    #: An environment fault that stopped the test before any verdict (the Hub unreachable): no
+    #: row (a recorded one stays); the model's test fails, naming it.
+    fault: str | None = None
 
     @property
     def ran(self) -> bool:
@@ -212,6 +215,8 @@ def test(
     script: Script | None = None
     try:
         planned = sweep.plan(spec, sized=mode.sized)
+        if planned.fault is not None:
+            return ModeOutcome(name, spec.id, fault=planned.fault)
         base = {**base, **of_checkpoint(mode.table, planned)}
         if planned.exclusion is not None:
             rows = [{**base, **classify.excluded(planned.exclusion)}]

@@ -39,6 +39,9 @@ class Plan:
     exclusion: Exclusion | None = None
     #: Set when the checkpoint cannot even be found: the run is FAIL(load) without a script.
     load_error: str | None = None
+    #: Set when the environment, not the model, stopped the plan (the Hub unreachable): no row
+    #: is recorded (a recorded one stays), and the test fails naming the fault.
+    fault: str | None = None
     #: Where its config.json was read (for the Hub: the snapshot of one commit in its cache).
     config_path: Path | None = None
     #: Cores the run gets (see :mod:`sizing`), and the bf16 weight bytes they were sized by.
@@ -142,8 +145,8 @@ def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
     config_path: Path | None = None
     try:
         config, config_path = read_config(checkpoint, spec.revision, local)
-    except hub.HubUnreachableError as exc:
-        return Plan(spec, checkpoint, load_error=str(exc))
+    except hub.HubUnreachableError as exc:  # not the model's failure: not a verdict
+        return Plan(spec, checkpoint, fault=str(exc))
     except Exception as exc:
         if spec.runner is None:
             return Plan(
