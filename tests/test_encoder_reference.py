@@ -10,18 +10,8 @@ import pytest
 
 from pytest_neuronsupport import zoo
 from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.runners.lib.device_ops import CpuOps
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
-
-
-class Ops:
-    def reset_peak(self) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def peak_gb(self) -> None:
-        return None
 
 
 def test_a_failed_cpu_bf16_run_leaves_the_fp32_check_and_says_why(
@@ -40,7 +30,7 @@ def test_a_failed_cpu_bf16_run_leaves_the_fp32_check_and_says_why(
     monkeypatch.setattr(encoder, "load_pretrained", no_cpu_bf16)
     params: dict[str, Any] = {"checkpoint": str(zoo.ensure_built("distilbert-sst", tmp_path))}
     params.update(dtype="float32", device="cpu", backend="eager", fullgraph=False)
-    verdict = encoder.run_sequence_classification(params, Ops())
+    verdict = encoder.run_sequence_classification(params, CpuOps())
     assert verdict["result"] == Result.PASS and verdict["cpu_match"] == "Y"
     check = json.loads(classify.verdict_fields(verdict)["check"])  # as the row holds it
     assert check["rule"] == "predictions" and check["cpu_bf16"] == check["fp32"]

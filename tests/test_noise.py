@@ -22,6 +22,7 @@ from pytest_neuronsupport.runners.lib.compare import (
     compare_tokens,
     held_to_noise,
 )
+from pytest_neuronsupport.runners.lib.device_ops import CpuOps
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
 
 K, FLOOR = ACCURACY_MULTIPLE, ACCURACY_FLOOR
@@ -144,17 +145,6 @@ def test_an_encoder_without_float64_keeps_the_fixed_rule_and_says_why() -> None:
 # --- the float64 reference of a run: computed once, kept in its file, reused --------------------
 
 
-class Ops:
-    def reset_peak(self) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def peak_gb(self) -> None:
-        return None
-
-
 @pytest.mark.parametrize(
     ("model", "runner", "entry"),
     [("distilbert-sst", "encoder", "run_sequence_classification"), ("gpt2", "dense", "run")],
@@ -170,10 +160,10 @@ def test_the_float64_reference_is_cached_and_reused(
     params.update(prefill_chunk=None)
     reference = tmp_path / "reference.pt"
     monkeypatch.setenv(REFERENCE_ENV, str(reference))
-    first = run(params, Ops())
+    first = run(params, CpuOps())
     kept = torch.load(reference, weights_only=True)
     assert "fp64" in kept and "eager" in kept, kept.get("fp64_unavailable")
-    again = run(params, Ops())
+    again = run(params, CpuOps())
     assert (first["reference_cached"], again["reference_cached"]) == (False, True)
     assert first["result"] == again["result"] == Result.PASS
     check = json.loads(classify.verdict_fields(again)["check"])
@@ -188,7 +178,7 @@ def test_the_float64_reference_is_cached_and_reused(
         assert tokens == kept["tokens"] and scores.dtype == torch.float64
     params["fp64_reference"] = False  # a host too small: the reference file is another's
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "small-host.pt"))
-    small = run(params, Ops())
+    small = run(params, CpuOps())
     assert "fp64" not in torch.load(tmp_path / "small-host.pt", weights_only=True)
     if runner == "encoder":
         assert (
