@@ -59,6 +59,13 @@ MODULE = "models/auto/modeling_auto.py"
 #: (the seq2seq runner feeds its encoder text), so a class it maps is never run, nor the base
 #: model of a model type it maps (``WhisperModel``).
 SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
+#: Model types whose text models need an input beside the text that no runner feeds, each with
+#: it: their forward raises without it (transformers has no table of these; read from their
+#: ``forward``). Bros: the words' boxes of a scanned page; LXMERT: an image's region features.
+OTHER_INPUTS = {
+    "bros": "bbox (the boxes of the words on a scanned page)",
+    "lxmert": "visual_feats and visual_pos (an image's region features and boxes)",
+}
 #: Tables whose models take text, beside the kinds' (but the base models'). Every other table
 #: but :data:`NEUTRAL_TABLES` maps models of other inputs: images, video, audio, time series...
 TEXT_TABLES = (
@@ -197,14 +204,21 @@ def media_tables(model_type: str | None = None, architecture: str | None = None)
 
 def not_text(architecture: str, config: Mapping[str, Any], task: str | None = None) -> str:
     """Why no runner may take this class although a kind maps it ('' when one may), decided by
-    transformers' own tables:
+    transformers' own tables but for the first reason:
 
+    - a model that needs another input beside the text (:data:`OTHER_INPUTS`: Bros's boxes);
     - a speech-to-text model (:data:`SPEECH_SEQ2SEQ` maps it): its encoder takes audio
       features, which no runner feeds (``VoxtralForConditionalGeneration``, also a seq2seq LM);
     - a base model (its first kind is ``base``) whose inputs are not text: a table of other
       inputs maps the class itself (``CLIPModel``: zero-shot image classification), or its
       model type is a speech-to-text one (``WhisperModel``), or only tables of other inputs
       map its model type (``ViTModel``, ``Wav2Vec2Model``)."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in OTHER_INPUTS:
+        return (
+            f"{architecture} needs {OTHER_INPUTS[model_type]} beside the text, which no runner "
+            "feeds"
+        )
     if SPEECH_SEQ2SEQ in other_tables(architecture):
         return (
             f"{architecture} is a speech-to-text model ({SPEECH_SEQ2SEQ}): its encoder takes "
@@ -213,7 +227,6 @@ def not_text(architecture: str, config: Mapping[str, Any], task: str | None = No
     kinds = kinds_of(architecture, config, task)
     if not kinds or kinds[0] != "base":
         return ""
-    model_type = config.get("model_type")
     model_type = model_type if isinstance(model_type, str) else None
     if model_type is None:  # the model type whose base model it is
         model_type = next((t for t, c in table("base").items() if architecture in c), None)

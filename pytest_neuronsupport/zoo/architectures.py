@@ -37,8 +37,9 @@ KINDS = (
 )
 FAMILY = "roberta"
 #: The cache's folder of the checkpoints, named by the version of how they are built (2: a
-#: hybrid keeps an attention layer, an encoder-decoder without a start token starts from pad).
-BUILD_VERSION = 2
+#: hybrid keeps an attention layer, an encoder-decoder without a start token starts from pad;
+#: 3: latent attention, rotary, expert-group and per-model-type sizes that run in eager).
+BUILD_VERSION = 3
 FOLDER = f"architectures-v{BUILD_VERSION}"
 #: Config keys shrunk wherever they appear (nested configs too), to these values.
 SIZES: dict[str, int] = {
@@ -56,7 +57,8 @@ SIZES: dict[str, int] = {
     **dict.fromkeys(("shared_expert_intermediate_size", "expert_intermediate_size"), 128),
     **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), 4),
     **dict.fromkeys(("moe_num_experts",), 4),
-    **dict.fromkeys(("num_experts_per_tok", "moe_topk", "top_k"), 2),
+    **dict.fromkeys(("num_experts_per_tok", "moe_topk", "top_k", "moe_k"), 2),
+    **dict.fromkeys(("num_experts_per_token",), 2),
     "head_dim": 16,
     "d_kv": 16,
     "kv_lora_rank": 16,
@@ -64,6 +66,12 @@ SIZES: dict[str, int] = {
     "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 8,
     "v_head_dim": 16,
+    # rotary dims of a head of 16 (GPT-J, CodeGen: 64 by default, over the head)
+    **dict.fromkeys(("rotary_dim",), 8),
+    # expert groups: one group of the shrunk experts (DeepSeek V3: 8 groups of 4 experts)
+    **dict.fromkeys(("n_group", "topk_group", "num_expert_group"), 1),
+    **dict.fromkeys(("index_head_dim",), 16),
+    **dict.fromkeys(("index_n_heads",), 4),
 }
 #: Per-layer lists cut to the shrunk number of layers.
 LAYER_LISTS = ("layer_types", "mlp_layer_types", "attention_layer_types", "block_types")
@@ -76,7 +84,23 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "reformer": {"axial_pos_embds_dim": [32, 32]},
     # its attention layer is every 8th from the 5th: the second of two layers instead
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    # its default routes to no expert (top_k None): DeepSeek-V2-Lite's 6 of 64 -> 2 of 4
+    "deepseek_v2": {"num_experts_per_tok": 2},
+    # hybrids whose default is all Mamba layers: the second of two attends
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # its cache rounds the query size up to 64 / heads and its layers do not: full-width queries
+    "xlstm": {"embedding_dim": 64, "num_blocks": 2, "qk_dim_factor": 1.0},
+    # its layout embeddings are six sixths of the hidden size: 64 is not divisible by 6
+    "lilt": {"hidden_size": 48},
+    # the four box coordinates and two sizes embedded side by side: 4 x 12 + 2 x 8 = 64
+    "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
+    # an adapter is chosen by language: the first (and only) one
+    "xmod": {"default_language": "en_XX"},
 }
+#: Model types whose default config has no pad token but whose model needs one (ESM counts its
+#: positions from it): they get the tokenizer's.
+PADDED = ("esm",)
 #: The kinds whose head gets three labels (question answering keeps its start and end).
 LABELLED = ("token_classification", "sequence_classification")
 
@@ -150,6 +174,13 @@ def shrunk(values: dict[str, Any], ids: dict[str, Any]) -> dict[str, Any]:
             out[key] = ids["vocab_size"]
         elif key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             out[key] = ids.get(key, ids["eos_token_id"]) if value is not None else None
+    if "qk_rope_head_dim" in out:
+        # latent attention: the config derives its head sizes from the shrunk parts, and
+        # every head has its own key and value (no grouped-query attention)
+        for key in ("head_dim", "qk_head_dim"):
+            out.pop(key, None)
+        if "num_key_value_heads" in out and "num_attention_heads" in out:
+            out["num_key_value_heads"] = out["num_attention_heads"]
     for key in LAYER_LISTS:
         if isinstance(values.get(key), list) and layers:
             out[key] = values[key][:layers]
@@ -171,6 +202,8 @@ def make_config(model_type: str, kind: str, ids: dict[str, Any]) -> Any:
     kwargs = {**shrunk(config_cls().to_dict(), ids), **OVERRIDES.get(model_type, {})}
     if kind in LABELLED:
         kwargs["num_labels"] = 3
+    if model_type in PADDED:
+        kwargs["pad_token_id"] = ids["pad_token_id"]
     return config_cls(**kwargs)
 
 
