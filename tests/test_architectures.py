@@ -121,7 +121,7 @@ def test_a_latent_attention_config_keeps_its_head_sizes_consistent(model_type: s
 def test_the_shrunk_configs_fit_the_shrunk_model() -> None:
     """What once failed in eager transformers: rotary wider than a head (GPT-J), a hybrid of
     Mamba layers only (Bamba), no pad token to count positions from (ESM), top-k over more
-    experts than there are (Kimi Linear)."""
+    experts than there are (Kimi Linear), sliding layers only (T5Gemma 2)."""
     gptj: Any = _config("gptj")
     assert gptj.rotary_dim <= gptj.n_embd // gptj.n_head
     assert "full_attention" in _config("bamba").layers_block_type  # type: ignore[attr-defined]
@@ -129,3 +129,5 @@ def test_the_shrunk_configs_fit_the_shrunk_model() -> None:
     assert esm.pad_token_id is not None
     kimi: Any = _config("kimi_linear")
     assert kimi.num_experts_per_token <= kimi.num_experts
+    t5gemma2: Any = _config("t5gemma2", "seq2seq_lm")  # its static cache needs a full layer
+    assert t5gemma2.decoder.layer_types == ["sliding_attention", "full_attention"]

@@ -98,6 +98,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # an adapter is chosen by language: the first (and only) one
     "xmod": {"default_language": "en_XX"},
 }
+#: Model types whose cut layer types keep a full-attention layer (T5Gemma 2's masks and static
+#: cache expect one; its first five of six layers slide).
+FULL = ("t5gemma2",)
 #: Model types whose default config has no pad token but whose model needs one (ESM counts its
 #: positions from it): they get the tokenizer's.
 PADDED = ("esm",)
@@ -159,13 +162,14 @@ def seed_of(cls: str) -> int:
     return int.from_bytes(hashlib.sha256(cls.encode()).digest()[:4], "big")
 
 
-def shrunk(values: dict[str, Any], ids: dict[str, Any]) -> dict[str, Any]:
-    """The config's keyword arguments with every size key shrunk, nested configs too."""
+def shrunk(values: dict[str, Any], ids: dict[str, Any], full: bool = False) -> dict[str, Any]:
+    """The config's keyword arguments with every size key shrunk, nested configs too (with
+    ``full``, a cut list of layer types keeps a full-attention layer, see :data:`FULL`)."""
     out: dict[str, Any] = {}
     layers = None
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
-            out[key] = {**value, **shrunk(value, ids)}
+            out[key] = {**value, **shrunk(value, ids, full)}
         elif key in SIZES and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, SIZES[key]) if value else value
             if SIZES[key] == LAYERS:
@@ -188,6 +192,8 @@ def shrunk(values: dict[str, Any], ids: dict[str, Any]) -> dict[str, Any]:
             attention = [t for t in values[key] if t in ATTENTION_LAYERS]
             if attention and not set(out[key]) & set(ATTENTION_LAYERS):
                 out[key][-1] = attention[0]
+            if full and "full_attention" in values[key] and "full_attention" not in out[key]:
+                out[key][-1] = "full_attention"
     if values.get("is_encoder_decoder") and values.get("decoder_start_token_id") is None:
         if values.get("bos_token_id") is None:  # T5: generation starts from the pad token
             out["decoder_start_token_id"] = ids.get("pad_token_id", ids["eos_token_id"])
@@ -199,7 +205,8 @@ def make_config(model_type: str, kind: str, ids: dict[str, Any]) -> Any:
     from transformers import CONFIG_MAPPING
 
     config_cls = CONFIG_MAPPING[model_type]
-    kwargs = {**shrunk(config_cls().to_dict(), ids), **OVERRIDES.get(model_type, {})}
+    values = shrunk(config_cls().to_dict(), ids, model_type in FULL)
+    kwargs = {**values, **OVERRIDES.get(model_type, {})}
     if kind in LABELLED:
         kwargs["num_labels"] = 3
     if model_type in PADDED:
