@@ -254,6 +254,21 @@ def test_a_pair_with_only_performance_rows_has_a_column(tmp_path: Path) -> None:
     assert column.metrics["speedup"] == pytest.approx(3.0)
 
 
+def test_figures_that_are_not_numbers_make_no_figure(tmp_path: Path) -> None:
+    pair = "inductor-2.13.0/transformers-5.24.0.parquet"
+    with Journal(tmp_path) as journal:
+        for row in (
+            _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=float("nan"), compile_s=None),
+            _perf_row("org/b", "b1-s128-dp1", speedup_vs_eager=0.0, peak_gb=1.0, eager_peak_gb=0.0),
+        ):
+            journal.append(pair, row, PERF)
+    assert merge_journals(tmp_path).ok
+    (column,) = dashboard(tmp_path).columns
+    assert column.models == {"speedup": 0, "compile": 0, "memory_ratio": 0}
+    assert column.metrics["speedup"] is None and column.metrics["memory_ratio"] is None
+    assert column.speedup_spread == {"gsd": None, "min": None, "max": None}
+
+
 def test_no_dataset_gives_no_column_and_says_so(tmp_path: Path) -> None:
     assert dashboard(tmp_path).columns == ()
     assert dashboard_report(tmp_path).startswith("no results under")
