@@ -1,6 +1,6 @@
 """False failures and misses of the output check, as rates measured in one run.
 
-    python benchmarks/verdict_rates.py [--keep DIR] [--backends NAME,...]
+    python benchmarks/verdict_rates.py [--keep DIR] [--backends NAME,...] [--models ID,...]
 
 Sweeps the one-core entries of the bundled tiny list (``model_lists/tiny.toml``) on the CPU,
 offline, once under each backend, and counts the rows whose verdict is ``FAIL(output)``:
@@ -48,9 +48,11 @@ BACKENDS = [
 ]
 
 
-def one_core_list() -> str:
-    """The bundled tiny list without its entries that ask for several cores."""
-    return "".join(f'[[model]]\nid = "{spec.id}"\n\n' for spec in ONE_CORE)
+def one_core_list(models: list[str] | None = None) -> str:
+    """The bundled tiny list without its entries that ask for several cores (those of
+    ``models`` alone, when given)."""
+    chosen = [spec.id for spec in ONE_CORE if models is None or spec.id in models]
+    return "".join(f'[[model]]\nid = "{model}"\n\n' for model in chosen)
 
 
 def sweep(work: Path, backend: str, results: Path) -> list[dict[str, object]]:
@@ -93,13 +95,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, default=None, help="work folder to keep")
     parser.add_argument("--backends", default=",".join(name for name, _, _ in BACKENDS))
+    parser.add_argument("--models", default=None, help="model ids, comma-separated (a subset)")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-verdicts-"))
     work.mkdir(parents=True, exist_ok=True)
-    (work / "tiny-one-core.toml").write_text(one_core_list())
+    models = args.models.split(",") if args.models else None
+    (work / "tiny-one-core.toml").write_text(one_core_list(models))
     shutil.copy(ROOT / "tests" / "backends_for_tests.py", work / "backends_for_tests.py")
     chosen = args.backends.split(",")
-    print(f"{len(ONE_CORE)} one-core tiny models on cpu; {os.cpu_count()} cores", flush=True)
+    count = len(models) if models else len(ONE_CORE)
+    print(f"{count} one-core tiny models on cpu; {os.cpu_count()} cores", flush=True)
     print(f"{'backend':<16} {'numbers':<8} {'FAIL(output)':>12} {'other':>6} {'rate':>6} target")
     figures: dict[str, dict[str, object]] = {}
     for name, backend, correct in sorted(

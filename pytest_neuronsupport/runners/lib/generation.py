@@ -66,7 +66,7 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
-    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"], ref)
+    check = compare_tokens(ref, (verdict["tokens"], verdict.pop("scores")), params["dtype"])
     return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 
@@ -91,12 +91,12 @@ def generate(params: dict[str, Any], ops: Any, gen: Generation, load: Any, devic
         model = load()
     with step("gen", Result.FAIL_GEN):
         compile_forward(params, model, *gen.extra_compiled(model))
-        tokens, _ = greedy(model, gen, device)
+        tokens, scores = greedy(model, gen, device)
     ops.synchronize()
     text = gen.tokenizer.decode(tokens, skip_special_tokens=True)
     wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
     verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb, "tokens": tokens}
-    return {**verdict, "notes": text[:300], "text": text}
+    return {**verdict, "notes": text[:300], "text": text, "scores": scores}  # scores: the check's
 
 
 def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.Tensor]:
@@ -146,6 +146,6 @@ def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, A
 
 def unchecked(verdict: dict[str, Any], why: str) -> dict[str, Any]:
     """The CPU comparison did not run (``why``): an English judge, if one is set, decides."""
-    verdict["check"] = {"rule": "english", "cpu_comparison": why}
+    verdict["check"], _ = {"rule": "english", "cpu_comparison": why}, verdict.pop("scores", None)
     verdict["check"]["judge"] = "none configured: the output check could not run"
     return verdict
