@@ -259,3 +259,20 @@ def test_a_float64_reference_runs_where_the_host_holds_the_model_in_fp32_and_fp6
     fits = int(HOST_SHARE * available_memory_bytes() / 6 * 0.9)  # bf16 bytes: x2 fp32, x4 fp64
     assert host_holds_fp64(fits) and not host_holds_fp64(fits * 2)
     assert host_holds_fp64(None)
+
+
+def test_an_encoder_is_held_to_float64_at_every_position_and_the_fixed_rule_at_its_rows() -> None:
+    """A token classifier padded to 4 tokens, 2 of them text: the two best labels of the last
+    (padding) token traded places. The fixed rule reads the text's rows and sees nothing; held
+    to float64, every position is compared and the swap fails."""
+    from pytest_neuronsupport.runners.encoder import TOKEN_CLASSIFICATION as head
+
+    exact = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0], [1.0, 0.0, 2.0], [2.0, 1.5, 0.0]])
+    swapped = exact.clone()
+    swapped[3, :2] = swapped[3, :2].flip(0)
+    encoded = {"attention_mask": torch.tensor([[1, 1, 0, 0]])}
+    rows = [head.rows(t, encoded, None) for t in (exact, exact, swapped)]
+    fixed = head.check(rows[0], rows[1], rows[2], "float32")
+    assert fixed.passed and fixed.cpu_match == "Y"
+    check = held_to_noise(fixed, swapped, {"fp64": exact.double(), "eager": exact}, "float32")
+    assert not check.passed and check.cpu_match.startswith("N error to fp64")

@@ -4,25 +4,30 @@ Definitions (also in docs/runners.md, "The output check"):
 
 * **Measured noise** (PyTorch's accuracy checker, ``torch._dynamo.utils.same``): the CPU also
   computes the output in float64 (the exact reference) and eagerly in the device's own dtype;
-  the tolerance of a device's error against float64 is ``ACCURACY_MULTIPLE x`` the eager run's
-  error against float64 ``+ ACCURACY_FLOOR`` (the training step's check uses the same
-  constants). The ``check`` JSON's ``fp64`` holds the three numbers (``error_device``,
-  ``error_eager``, ``tolerance``), or says why float64 could not decide (a host too small for
-  the model in float64, a pass that raised, runs whose tokens parted earlier): the fixed rules
+  the device passes when its error against float64 is at most ``ACCURACY_MULTIPLE x`` the
+  eager run's error against float64 ``+ ACCURACY_FLOOR`` (:func:`held`; the training step's
+  check uses the same constants). For a whole output the errors are relative, ``|y - y64| /
+  |y64|`` (norms over the entries finite in float64). The ``check`` JSON's ``fp64`` holds the
+  three numbers (``error_device``, ``error_eager``, ``tolerance``), or says why float64 could
+  not decide (a host too small for the model in float64, a pass that raised): the fixed rules
   below then decide, as before.
+* **Decoder scores, with float64**: the device's scores against float64's at every position
+  the device, float64 and eager runs reached by the same tokens (``positions`` of them: up to
+  and including the first where one parts). Beyond the tolerance: ``N scores ...``, whatever
+  the tokens (logits 1% off whose greedy tokens agree are caught here only).
 * **Near-tie, with float64.** At the first position ``i`` where the tokens differ, ``x`` is the
   float64 run's scores (its tokens before ``i`` being the CPU fp32 run's, so ``x`` is what a
   teacher-forced pass gives), ``c`` its best candidate (among those the CPU did not rule out)
   and ``b`` the device's choice. The device's error is the margin ``x[c] - x[b]`` by which its
   choice falls short of the best in exact arithmetic; the eager run's error is the largest
   ``|(e[c] - e[j]) - (x[c] - x[j])|`` over the candidates ``j`` (``e``: its scores there).
-  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + ACCURACY_FLOOR``.
-  Why the largest margin error and not that of the pair ``(c, b)`` alone: one pair's error is
-  a single sample of the noise, near zero by luck often enough that K times it would call a
-  flip rounding explains wrong; the largest over every candidate covers that pair, is a stable
-  figure of what the dtype does at that position (at most twice the largest error of one
-  score), and, unlike the scores' own error, ignores a shift of them all, which changes no
-  choice.
+  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + ACCURACY_FLOOR``
+  (``check.fp64_margin``). Why the largest margin error and not that of the pair ``(c, b)``
+  alone: one pair's error is a single sample of the noise, near zero by luck often enough
+  that K times it would call a flip rounding explains wrong; the largest over every candidate
+  covers that pair, is a stable figure of what the dtype does at that position (at most twice
+  the largest error of one score), and, unlike the scores' own error, ignores a shift of them
+  all, which changes no choice.
 * **Near-tie, fixed rule** (without float64). Let ``z`` be the CPU fp32 scores at one position,
   ``a`` the CPU's choice and ``b`` the device's; the margin is ``z[a] - z[b]`` and the
   tolerance ``NEAR_TIE_FACTOR * eps(dtype) * max(1, max(|z|))`` (``eps``: bf16 2**-7, fp16
@@ -31,7 +36,7 @@ Definitions (also in docs/runners.md, "The output check"):
 * **Decoder tokens.** Equal to the CPU fp32 tokens → ``Y``. Otherwise the first position where
   they differ decides: a near-tie there → ``~ near-tie ...`` (PASS), else ``N ...``.
 * **Encoders, with float64**: the device passes when the relative error ``|y - y64| / |y64|``
-  (norms over the whole output the head's rule compares: scores or hidden states) is at most
+  (norms over the head's whole output, every position, padding included) is at most
   ``ACCURACY_MULTIPLE x`` the eager run's ``+ ACCURACY_FLOOR`` (:func:`held_to_noise`); its
   ``cpu_match`` is the fixed rule's when that passed too, else ``~ near-tie ...`` (passed) or
   ``N ...``. Without float64, the fixed rules decide:
