@@ -91,6 +91,23 @@ def sweep(work: Path, backend: str, results: Path) -> list[dict[str, object]]:
     return rows
 
 
+def noise_ratio(row: dict[str, object]) -> float | None:
+    """The row's ``error_device / tolerance`` from its ``check.fp64`` (above 1: failed on it);
+    None where float64 did not decide."""
+    numbers = json.loads(str(row.get("check") or "{}")).get("fp64")
+    if not isinstance(numbers, dict):
+        return None
+    return float(numbers["error_device"]) / float(numbers["tolerance"])
+
+
+def format_ratios(ratios: dict[str, float | None]) -> str:
+    """``model ratio`` pairs, the largest first."""
+    known = sorted(((v, k) for k, v in ratios.items() if v is not None), reverse=True)
+    unknown = [k for k, v in ratios.items() if v is None]
+    text = ", ".join(f"{k.removeprefix('zoo:')} {v:.3g}" for v, k in known)
+    return text + (f"; no float64: {', '.join(unknown)}" if unknown else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, default=None, help="work folder to keep")
@@ -133,7 +150,10 @@ def main() -> None:
         for row in rows:
             if str(row["model_id"]) in missed:
                 print(f"    {row['model_id']}: {row['result']} {str(row['cpu_match'])[:110]}")
+        ratios = {str(r["model_id"]): noise_ratio(r) for r in rows}
+        print("    error_device / tolerance against float64:", format_ratios(ratios), flush=True)
         figures[name] = {"fail_output": failed, "other": other, "models": len(rows), "rate": rate}
+        figures[name]["noise_ratio"] = ratios
     print(json.dumps(figures))
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
