@@ -91,12 +91,13 @@ def fixed_margin(scores: Tensor, choice: int, other: int, dtype: str) -> tuple[f
     return margin, NEAR_TIE_FACTOR * eps * max(1.0, float(z.nan_to_num(0, 0, 0).abs().max()))
 
 
-def near_tie(where: str, margin: float, tolerance: float, dtype: str, **check: Any) -> Check:
-    """The check of a difference at ``where``: passed when it is a near-tie."""
-    tied = margin <= tolerance
-    words = f"at {where}: margin {margin:.4g} {'<=' if tied else '>'} tolerance {tolerance:.4g}"
-    text = f"{'~ near-tie' if tied else 'N'} {words} ({dtype})"
-    return Check(tied, text, **check, divergence_margin=margin, near_tie_tolerance=tolerance)
+def near_tie(where: str, margin: float, tol: float, dtype: str, **check: Any) -> Check:
+    """The check of a difference at ``where``: passed when it is a near-tie (and ``off``, why
+    it fails all the same, is empty)."""
+    ok, off = margin <= tol, check.pop("off", "")
+    words = f"at {where}: margin {margin:.4g} {'<=' if ok else '>'} tolerance {tol:.4g}"
+    text = off if ok and off else f"{'~ near-tie' if ok else 'N'} {words} ({dtype})"
+    return Check(ok and not off, text, **check, divergence_margin=margin, near_tie_tolerance=tol)
 
 
 def compare_tokens(ref: dict[str, Any], dev: Any, dtype: str) -> Check:
@@ -107,31 +108,30 @@ def compare_tokens(ref: dict[str, Any], dev: Any, dtype: str) -> Check:
     (want, got), runs = (ref["tokens"], dev[0]), [dev, ref.get("fp64"), ref.get("eager")]
     details: dict[str, Any] = dict(rule="tokens", dtype=dtype, tokens_reference=len(want))
     details.update(reference_tokens=want, tokens_device=len(got), fp64=ref.get("fp64_unavailable"))
-    shorter = min(len(want), len(got))
+    shorter, off = min(len(want), len(got)), ""  # off: why the scores fail, if they do
     i = next((k for k, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), shorter)
     if None not in runs and dev[1] is not None:  # the scores where all runs had the same tokens
         n = min(len(s) for _, s in runs)
         n = next((k + 1 for k in range(n) if len({t[k] for t, _ in runs}) > 1), n)
         (ok, details["fp64"]), details["positions"] = held(*(s[:n] for _, s in runs)), n
-        if not ok:  # the scores are off, whatever the tokens
-            said = "N scores at tokens 0-{}: error to fp64 {error_device:.4g} > {tolerance:.4g}"
-            return Check(False, said.format(n - 1, **details["fp64"]), details)
+        said = "N scores at tokens 0-{}: error to fp64 {error_device:.4g} > {tolerance:.4g}"
+        off = "" if ok else said.format(n - 1, **details["fp64"])  # N, whatever the tokens
     if list(got) == list(want):
-        return Check(True, "Y", details)
+        return Check(not off, off or "Y", details)
     if i >= min(shorter, len(ref["scores"])):
         stopped = details["stopped_early"] = "device" if len(got) < len(want) else "CPU"
         return Check(False, f"N at token {i}: the {stopped} run stopped early", details, i)
-    margin, tolerance = fixed_margin(ref["scores"][i], want[i], got[i], dtype)
+    margin, tol = fixed_margin(ref["scores"][i], want[i], got[i], dtype)
     details.update(cpu_token=want[i], device_token=got[i], margin_fp32=margin)
-    details.update(tolerance_fp32=tolerance, fp64_margin=f"no float64 scores at token {i}")
+    details.update(tolerance_fp32=tol, fp64_margin=f"no float64 scores at token {i}")
     if margin < float("inf") and details.get("positions", 0) > i:  # all runs reached i alike
         x, d = runs[1][1][i], runs[2][1][i] - runs[1][1][i]  # d: the eager run's error
         best = int(torch.where(torch.isfinite(ref["scores"][i]), x, -torch.inf).argmax())
         eager = float((d - d[best]).nan_to_num(0.0, 0.0, 0.0).abs().max())
-        margin, tolerance = float(x[best] - x[got[i]]), ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
-        details["fp64_margin"] = dict(error_device=margin, error_eager=eager, tolerance=tolerance)
-    details.update(margin=margin, tolerance=tolerance)
-    return near_tie(f"token {i}", margin, tolerance, dtype, check=details, first_divergence=i)
+        margin, tol = float(x[best] - x[got[i]]), ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
+        details["fp64_margin"] = dict(error_device=margin, error_eager=eager, tolerance=tol)
+    details.update(margin=margin, tolerance=tol)
+    return near_tie(f"token {i}", margin, tol, dtype, check=details, first_divergence=i, off=off)
 
 
 def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str) -> Check:
