@@ -236,6 +236,9 @@ def test_the_float64_reference_is_cached_and_reused(
         assert numbers["tolerance"] == pytest.approx(K * numbers["error_eager"] + FLOOR)
     else:
         assert check["rule"] == "tokens" and first["cpu_match"] == "Y"
+        numbers = check["fp64"]  # eager on the "device": its scores are the reference's own
+        assert numbers["error_device"] == pytest.approx(numbers["error_eager"])
+        assert 0 < numbers["error_eager"] < 1e-5 and check["positions"] >= 1
         tokens, scores = kept["fp64"]
         assert tokens == kept["tokens"] and scores.dtype == torch.float64
     params["fp64_reference"] = False  # a host too small: the reference file is another's
