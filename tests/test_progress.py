@@ -1,16 +1,28 @@
-"""A sweep's progress: lines per model, counts, and the estimate of the time left."""
+"""A sweep's progress: lines per model, counts, the estimate of the time left, what runs now
+(phase files) and the status that ticks."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from pytest_neuronsupport.dataset.layout import phase_file, phases_dir
 from pytest_neuronsupport.progress import (
+    CLEAR_LINE,
     UNCHANGED,
+    PhaseMarks,
     Progress,
+    Running,
+    Ticker,
     duration,
+    last_phase,
     model_line,
+    read_running,
     recorded_costs,
 )
+from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK
 from tests.shared_sweeps import RERUNS
 from tests.sweeping import Sweep
 
@@ -79,6 +91,121 @@ def test_recorded_costs_leave_out_excluded_and_unknown_models() -> None:
     assert recorded_costs(["a", "b", "c", "d"], rows.get) == {"a": 4.0}
 
 
+def test_a_running_model_counts_with_what_its_cost_has_left_and_never_less_than_it_took() -> None:
+    clock = FakeClockForTests()
+    progress = Progress(["a", "b", "c"], {"a": 10.0, "b": 30.0, "c": 20.0}, clock=clock)
+    # nothing finished, two models running: their costs left, two at a time
+    progress.running = [Running("a", "gen", 4.0), Running("b", "load", 1.0)]
+    assert progress.seconds_left() == pytest.approx((6 + 29 + 20) / 2)
+    clock.now += 20
+    progress.finished("a", "PASS", wall_s=10.0)  # 20 s of sweep for 10 of cost
+    progress.running = [Running("a", "gen", 20.0), Running("b", "forward", 90.0)]
+    # b ran past its 30 s: nothing of its cost is left, but it may run as long again
+    assert progress.seconds_left() == pytest.approx(90.0)
+    progress.running = [Running("b", "forward", 12.0)]  # a's file is gone; a is done anyway
+    assert progress.seconds_left() == pytest.approx(2 * (18 + 20))
+
+
+def test_the_status_names_each_model_running_its_phase_and_time() -> None:
+    clock = FakeClockForTests()
+    progress = Progress(["zoo:llama", "zoo:bert", "zoo:gpt2"], clock=clock)
+    progress.running = [Running("zoo:llama", "compile", 12.2), Running("zoo:bert", "forward", 3)]
+    clock.now += 15
+    assert progress.status_line() == (
+        "[0/3] starting | 15s elapsed | running: zoo:llama compile 12s, zoo:bert forward 3s"
+    )
+    progress.finished("zoo:bert", "PASS", wall_s=3.0)
+    assert progress.status_line().endswith("| running: zoo:llama compile 12s")
+
+
+def test_phase_files_say_what_each_model_runs_and_the_runs_last_phase(tmp_path: Path) -> None:
+    now = [500.0]
+    folder = phases_dir(tmp_path, "sweep1")
+    marks = PhaseMarks(lambda m: phase_file(tmp_path, "sweep1", m), clock=lambda: now[0])
+    log = tmp_path / "output.log"
+    with marks.running("zoo:llama"):
+        assert read_running(folder, now=501.0) == [Running("zoo:llama", "starting", 1.0)]
+        marks.mark("plan")
+        assert read_running(folder, now=502.0) == [Running("zoo:llama", "plan", 2.0)]
+        marks.mark("run", log=log)  # the support run: its phases are the run's own marks
+        assert read_running(folder, now=503.0)[0].phase == "run"
+        log.write_text(f"noise\n{PHASE_MARK} load\nmore\n{PHASE_MARK} gen\nout\n")
+        assert read_running(folder, now=510.0) == [Running("zoo:llama", "gen", 10.0)]
+        marks.mark("bench b1-s128", log=log)  # another step: named before the run's phase
+        assert read_running(folder, now=511.0)[0].phase == "bench b1-s128 gen"
+        (folder / "not-ours").write_text("{")
+        assert [r.model_id for r in read_running(folder, now=511.0)] == ["zoo:llama"]
+    assert [r.model_id for r in read_running(folder)] == []  # gone once the model ends
+    assert read_running(tmp_path / "nowhere") == []
+    assert last_phase(tmp_path / "nowhere.log") is None
+    marks.mark("plan")  # no model running: nothing written
+    assert sorted(p.name for p in folder.iterdir()) == ["not-ours"]
+
+
+def test_phase_files_are_named_by_the_model_under_the_sweeps_folder(tmp_path: Path) -> None:
+    assert phase_file(tmp_path, "abc", "org/model") == tmp_path / ".sweeps" / "abc" / "org--model"
+    marks = PhaseMarks(lambda m: phase_file(tmp_path, "abc", m), clock=lambda: 7.0)
+    with marks.running("org/model"):
+        data = json.loads(phase_file(tmp_path, "abc", "org/model").read_text())
+    assert data == {"model_id": "org/model", "since": 7.0, "step": "starting", "log": None}
+
+
+class RunningForTests:
+    """What the phase files would say, set by the test."""
+
+    def __init__(self) -> None:
+        self.now: list[Running] = []
+
+    def __call__(self) -> list[Running]:
+        return list(self.now)
+
+
+def ticker_for_tests(tty: bool, width: int = 200) -> tuple[Ticker, list[str], RunningForTests]:
+    clock, running, written = FakeClockForTests(), RunningForTests(), list[str]()
+    progress = Progress(["zoo:llama", "zoo:bert"], {"zoo:llama": 10.0}, clock=clock)
+    ticker = Ticker(progress, running, written.append, tty, width=width, clock=clock)
+    return ticker, written, running
+
+
+def test_on_a_terminal_the_status_is_written_again_on_its_line_each_tick() -> None:
+    ticker, written, running = ticker_for_tests(tty=True)
+    ticker.tick()
+    assert written == [CLEAR_LINE + "[0/2] starting | 0s elapsed"]
+    running.now = [Running("zoo:llama", "plan", 1.0)]
+    ticker.progress.clock.now += 1  # type: ignore[attr-defined]
+    ticker.tick()
+    assert written[-1] == CLEAR_LINE + (
+        "[0/2] starting | 1s elapsed | ~19s left | running: zoo:llama plan 1s"
+    )
+    running.now = [Running("zoo:bert", "load", 0.0)]
+    ticker.progress.finished("zoo:llama", "PASS", wall_s=1.0)
+    ticker.finished("PASS          zoo:llama  (1 core, 1.0s)")
+    line, status = written[-1].removeprefix(CLEAR_LINE).split("\n")
+    assert line == "PASS          zoo:llama  (1 core, 1.0s)"
+    assert status.startswith("[1/2] 1 PASS | 1s elapsed | ~") and "zoo:bert load 0s" in status
+    narrow, written, running = ticker_for_tests(tty=True, width=20)
+    narrow.tick()
+    assert written == [CLEAR_LINE + "[0/2] starting |..."]  # never wider than the terminal
+
+
+def test_in_a_log_the_status_is_plain_lines_now_and_then() -> None:
+    ticker, written, running = ticker_for_tests(tty=False)
+    ticker.tick()
+    assert written == []  # nothing runs yet: nothing to say
+    running.now = [Running("zoo:llama", "plan", 0.0)]
+    ticker.tick()
+    ticker.tick()
+    assert written == ["running       zoo:llama  (plan)\n"]  # once per model
+    ticker.progress.clock.now += ticker.plain_every  # type: ignore[attr-defined]
+    ticker.tick()
+    assert written[-1].startswith("[0/2] starting | 1m00s elapsed") and "\r" not in written[-1]
+    ticker.progress.finished("zoo:llama", "PASS", wall_s=1.0)
+    ticker.finished("PASS          zoo:llama")
+    # llama took 1 s of cost in 60 s of sweep: bert, at that mean cost, 60 s more
+    assert written[-1] == "PASS          zoo:llama\n[1/2] 1 PASS | 1m00s elapsed | ~1m00s left\n"
+    assert not any(CLEAR_LINE in text for text in written)
+
+
 @pytest.mark.slow
 @RERUNS
 def test_a_sweep_shows_a_line_per_model_and_its_status(reruns: dict[str, Sweep]) -> None:
@@ -101,3 +228,27 @@ def test_a_sweep_shows_a_line_per_model_and_its_status(reruns: dict[str, Sweep])
     )
     verbose = reruns["rerun"]
     verbose.result.stdout.fnmatch_lines(["models.toml::zoo:llama PASS*"])
+
+
+def test_a_models_line_says_what_the_modes_after_the_first_recorded() -> None:
+    from pytest_neuronsupport.modes import ModeOutcome
+    from pytest_neuronsupport.report import model_line as line_of
+
+    perf = [
+        {"model_id": "zoo:gpt2", "result": "PASS", "wall_s": 20.0},
+        {"model_id": "zoo:gpt2", "result": "PASS", "wall_s": 34.0},
+    ]
+    outcomes = [
+        ModeOutcome("support", "zoo:gpt2", unchanged=True, reason="unchanged since ..."),
+        ModeOutcome("perf", "zoo:gpt2", perf),
+    ]
+    line, result, wall_s = line_of("zoo:gpt2", outcomes, rep=None)
+    assert line == "unchanged     zoo:gpt2  (run.py as recorded; perf: 2 PASS)"
+    assert (result, wall_s) == (UNCHANGED, 54.0)  # the benchmarks' time
+    ran = {"model_id": "zoo:gpt2", "result": "PASS", "neuron_cores": 1, "wall_s": 6.0}
+    outcomes[0] = ModeOutcome("support", "zoo:gpt2", [ran])
+    assert line_of("zoo:gpt2", outcomes, rep=None) == (
+        "PASS          zoo:gpt2  (1 core, 6.0s, perf: 2 PASS)",
+        "PASS",
+        60.0,
+    )
