@@ -8,8 +8,9 @@ The time left is estimated from costs: a model's cost is its recorded ``wall_s``
 when the dataset has one, else the mean of the costs known (recorded, or measured in this
 sweep). The elapsed time per unit of cost so far (which folds in parallel workers, process
 start-up and compile caches) times the cost of the models left is the estimate; a model running
-now counts with what its cost has left, and the estimate is never lower than what a running
-model already took (one that ran this long may well run as long again).
+now counts with what its cost has left (its cost against the time its run has taken, both
+measured from the run's start), and the estimate is never lower than what a running model's run
+already took (one that ran this long may well run as long again).
 
 What runs now: the process that runs a model (the only one, or an xdist worker) keeps a small
 *phase file* per model it runs (:class:`PhaseMarks`, under the sweep's folder named by
@@ -99,7 +100,7 @@ class Progress:
     def seconds_left(self) -> float | None:
         """The estimate of the time left (None until a cost is known)."""
         known = list({**self.recorded, **self.measured}.values())
-        running = {r.model_id: r.elapsed for r in self.running_now()}
+        running = {r.model_id: r.run_elapsed or 0.0 for r in self.running_now()}
         if not known:
             return None
         mean = sum(known) / len(known)
@@ -156,7 +157,10 @@ class Running:
 
     model_id: str
     phase: str
+    #: Since the model's test started.
     elapsed: float
+    #: Since the run it waits for started (None: no run yet), comparable to its cost.
+    run_elapsed: float | None = None
 
     def text(self) -> str:
         """``"zoo:llama gen 12s"``."""
@@ -183,14 +187,15 @@ class PhaseMarks:
     #: A model's phase file (:func:`~pytest_neuronsupport.dataset.layout.phase_file`).
     path_of: Callable[[str], Path]
     clock: Callable[[], float] = time.time
-    #: The model running now, and since when.
+    #: The model running now, since when, and since when its run.
     current: str | None = None
     since: float = 0.0
+    run_since: float | None = None
 
     @contextmanager
     def running(self, model_id: str) -> Iterator[None]:
         """While ``model_id`` runs: its file says so; gone when it ends."""
-        self.current, self.since = model_id, self.clock()
+        self.current, self.since, self.run_since = model_id, self.clock(), None
         self.mark("starting")
         try:
             yield
@@ -203,8 +208,9 @@ class PhaseMarks:
         if self.current is None:
             return
         path = self.path_of(self.current)
-        data = {"model_id": self.current, "since": self.since, "step": step}
-        data["log"] = None if log is None else str(log)
+        self.run_since = None if log is None else self.clock()
+        data: dict[str, Any] = {"model_id": self.current, "since": self.since, "step": step}
+        data.update(log=None if log is None else str(log), run_since=self.run_since)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.name}.{os.getpid()}")
@@ -230,8 +236,12 @@ def read_running(folder: Path, now: float | None = None) -> list[Running]:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # gone meanwhile, or not one of ours
         mark = last_phase(Path(data["log"])) if data.get("log") else None
-        phase = step if mark is None else mark if step == "run" else f"{step} {mark}"
-        found.append(Running(model_id, phase, max(0.0, now - since)))
+        if step == "run":  # the support run: its own phases
+            step = "starting" if mark is None else ""
+        phase = f"{step} {mark or ''}".strip()
+        run_since = data.get("run_since")
+        run = None if run_since is None else max(0.0, now - float(run_since))
+        found.append(Running(model_id, phase, max(0.0, now - since), run))
     return sorted(found, key=lambda r: -r.elapsed)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_neuronsupport.dataset.layout import phase_file, phases_dir
+from pytest_neuronsupport.dataset.layout import phase_file, phases_dir, sweeps_dir
 from pytest_neuronsupport.progress import (
     CLEAR_LINE,
     UNCHANGED,
@@ -94,15 +94,16 @@ def test_recorded_costs_leave_out_excluded_and_unknown_models() -> None:
 def test_a_running_model_counts_with_what_its_cost_has_left_and_never_less_than_it_took() -> None:
     clock = FakeClockForTests()
     progress = Progress(["a", "b", "c"], {"a": 10.0, "b": 30.0, "c": 20.0}, clock=clock)
-    # nothing finished, two models running: their costs left, two at a time
-    progress.running = [Running("a", "gen", 4.0), Running("b", "load", 1.0)]
+    # nothing finished, two models running: their costs left, two at a time (the time their
+    # runs took counts, not the whole test's: the cost is the run's)
+    progress.running = [Running("a", "gen", 9.0, 4.0), Running("b", "load", 3.0, 1.0)]
     assert progress.seconds_left() == pytest.approx((6 + 29 + 20) / 2)
     clock.now += 20
     progress.finished("a", "PASS", wall_s=10.0)  # 20 s of sweep for 10 of cost
-    progress.running = [Running("a", "gen", 20.0), Running("b", "forward", 90.0)]
+    progress.running = [Running("a", "gen", 20.0, 20.0), Running("b", "forward", 99.0, 90.0)]
     # b ran past its 30 s: nothing of its cost is left, but it may run as long again
     assert progress.seconds_left() == pytest.approx(90.0)
-    progress.running = [Running("b", "forward", 12.0)]  # a's file is gone; a is done anyway
+    progress.running = [Running("b", "forward", 15.0, 12.0)]  # a's file is gone; a is done
     assert progress.seconds_left() == pytest.approx(2 * (18 + 20))
 
 
@@ -128,11 +129,14 @@ def test_phase_files_say_what_each_model_runs_and_the_runs_last_phase(tmp_path: 
         marks.mark("plan")
         assert read_running(folder, now=502.0) == [Running("zoo:llama", "plan", 2.0)]
         marks.mark("run", log=log)  # the support run: its phases are the run's own marks
-        assert read_running(folder, now=503.0)[0].phase == "run"
+        assert read_running(folder, now=503.0)[0].phase == "starting"  # no mark yet
         log.write_text(f"noise\n{PHASE_MARK} load\nmore\n{PHASE_MARK} gen\nout\n")
-        assert read_running(folder, now=510.0) == [Running("zoo:llama", "gen", 10.0)]
+        assert read_running(folder, now=510.0) == [Running("zoo:llama", "gen", 10.0, 10.0)]
+        now[0] = 505.0
         marks.mark("bench b1-s128", log=log)  # another step: named before the run's phase
-        assert read_running(folder, now=511.0)[0].phase == "bench b1-s128 gen"
+        assert read_running(folder, now=511.0) == [
+            Running("zoo:llama", "bench b1-s128 gen", 11.0, 6.0)
+        ]
         (folder / "not-ours").write_text("{")
         assert [r.model_id for r in read_running(folder, now=511.0)] == ["zoo:llama"]
     assert [r.model_id for r in read_running(folder)] == []  # gone once the model ends
@@ -147,7 +151,13 @@ def test_phase_files_are_named_by_the_model_under_the_sweeps_folder(tmp_path: Pa
     marks = PhaseMarks(lambda m: phase_file(tmp_path, "abc", m), clock=lambda: 7.0)
     with marks.running("org/model"):
         data = json.loads(phase_file(tmp_path, "abc", "org/model").read_text())
-    assert data == {"model_id": "org/model", "since": 7.0, "step": "starting", "log": None}
+    assert data == {
+        "model_id": "org/model",
+        "since": 7.0,
+        "step": "starting",
+        "log": None,
+        "run_since": None,
+    }
 
 
 class RunningForTests:
@@ -175,7 +185,7 @@ def test_on_a_terminal_the_status_is_written_again_on_its_line_each_tick() -> No
     ticker.progress.clock.now += 1  # type: ignore[attr-defined]
     ticker.tick()
     assert written[-1] == CLEAR_LINE + (
-        "[0/2] starting | 1s elapsed | ~19s left | running: zoo:llama plan 1s"
+        "[0/2] starting | 1s elapsed | ~20s left | running: zoo:llama plan 1s"
     )
     running.now = [Running("zoo:bert", "load", 0.0)]
     ticker.progress.finished("zoo:llama", "PASS", wall_s=1.0)
@@ -219,6 +229,12 @@ def test_a_sweep_shows_a_line_per_model_and_its_status(reruns: dict[str, Sweep])
     )
     out.fnmatch_lines(["[[]2/2[]] 2 PASS | *s elapsed"])  # in a log the status is a line
     assert "models.toml .." not in out.str()  # no letters: each model has its line
+    # under xdist too, a line as each model starts, naming what it does; nothing written again
+    out.fnmatch_lines_random(["running       zoo:llama  (*)", "running       zoo:bert  (*)"])
+    assert "\r" not in out.str() and "%]" not in out.str()  # nor pytest's own [ 50%]
+    assert done.runner is not None
+    left = sweeps_dir(done.runner.results)
+    assert not left.exists() or not [p for p in left.iterdir() if p.is_dir()]  # phases gone
     quiet = reruns["quiet"]
     quiet.result.assert_outcomes(skipped=2)
     assert "unchanged" not in quiet.result.stdout.str().split("neuronsupport:")[0]

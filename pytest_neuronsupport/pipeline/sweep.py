@@ -134,6 +134,7 @@ class Sweep:
         folder = self.settings.workdir / value
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
+        self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
         return resolve_checkpoint(value, None, self.settings.cache)[0]
 
     # --- what every mode does -----------------------------------------------------------------
@@ -144,6 +145,7 @@ class Sweep:
         s = self.settings
         self.phases.mark("plan")  # a zoo model is built here on first use
         planned = plan(spec, s.cache, self.runners)
+        self.phases.mark("preparing")  # the script is next
         if not sized:
             return planned
         return size(
