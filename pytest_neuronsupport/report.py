@@ -213,9 +213,11 @@ class SummaryFacts:
 
 def table_lines(table: TableFacts) -> list[str]:
     """A table's counts (and its models not run again), its failures, and the file it wrote."""
-    line = counts_line(table.rows)
-    if table.unchanged:
-        line += f"; {table.unchanged} unchanged (not run again)"
+    unchanged = f"{table.unchanged} unchanged (not run again)"
+    if not table.rows and table.unchanged:
+        line = unchanged  # "no models run" would hide the other tables' runs
+    else:
+        line = counts_line(table.rows) + (f"; {unchanged}" if table.unchanged else "")
     lines = [line if table.name == SUPPORT.name else f"{table.name}: {line}"]
     lines += failure_lines(table.rows)
     lines += unchecked_lines(table.rows)

@@ -268,3 +268,15 @@ def test_a_models_line_says_what_the_modes_after_the_first_recorded() -> None:
         "PASS",
         60.0,
     )
+
+
+def test_a_summary_names_only_the_files_it_wrote(tmp_path: Path) -> None:
+    from pytest_neuronsupport.report import TableFacts, table_lines
+
+    perf_row = {"model_id": "zoo:gpt2", "result": "PASS"}
+    only_unchanged = TableFacts("support", [], unchanged=2, path=tmp_path / "data.parquet")
+    assert table_lines(only_unchanged) == ["2 unchanged (not run again)"]  # no dataset: line
+    perf = TableFacts("perf", [perf_row], 0, tmp_path / "perf.parquet")
+    assert table_lines(perf) == ["perf: 1 PASS", f"perf: {tmp_path / 'perf.parquet'}"]
+    unwritten = TableFacts("train", [perf_row], 0, tmp_path / "train.parquet", written=False)
+    assert table_lines(unwritten) == ["train: 1 PASS"]
