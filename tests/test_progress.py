@@ -193,7 +193,7 @@ def test_on_a_terminal_the_status_is_written_again_on_its_line_each_tick() -> No
     line, status = written[-1].removeprefix(CLEAR_LINE).split("\n")
     assert line == "PASS          zoo:llama  (1 core, 1.0s)"
     assert status.startswith("[1/2] 1 PASS | 1s elapsed | ~") and "zoo:bert load 0s" in status
-    narrow, written, running = ticker_for_tests(tty=True, width=20)
+    narrow, written, _ = ticker_for_tests(tty=True, width=20)
     narrow.tick()
     assert written == [CLEAR_LINE + "[0/2] starting |..."]  # never wider than the terminal
 
@@ -280,3 +280,27 @@ def test_a_summary_names_only_the_files_it_wrote(tmp_path: Path) -> None:
     assert table_lines(perf) == ["perf: 1 PASS", f"perf: {tmp_path / 'perf.parquet'}"]
     unwritten = TableFacts("train", [perf_row], 0, tmp_path / "train.parquet", written=False)
     assert table_lines(unwritten) == ["train: 1 PASS"]
+
+
+def test_the_status_is_written_through_a_descriptor_of_its_own(tmp_path: Path) -> None:
+    import io
+    import os
+
+    from pytest_neuronsupport.progress import terminal_writer
+
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as file:
+        writer = terminal_writer(file)
+    writer("[0/2] starting\n")  # the file is closed: its copy of the descriptor still writes
+    assert os.read(read, 100) == b"[0/2] starting\n"
+    in_memory = io.StringIO()  # pytest run in-process: no descriptor
+    terminal_writer(in_memory)("running\n")
+    assert in_memory.getvalue() == "running\n"
+
+
+def test_the_ticker_ticks_in_a_thread_of_its_own_until_stopped() -> None:
+    ticker, written, _ = ticker_for_tests(tty=True)
+    ticker.every = 3600.0  # one tick at the start, none after it in this test
+    ticker.start()
+    ticker.stop()
+    assert written == [CLEAR_LINE + "[0/2] starting | 0s elapsed", "\n"]  # the line ends
