@@ -30,7 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,8 @@ class PhaseMarks:
         try:
             yield
         finally:
-            self.path_of(model_id).unlink(missing_ok=True)
+            with suppress(OSError):  # a file left behind goes with the sweep's folder
+                self.path_of(model_id).unlink(missing_ok=True)
             self.current = None
 
     def mark(self, step: str, log: Path | None = None) -> None:

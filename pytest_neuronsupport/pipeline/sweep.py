@@ -179,14 +179,16 @@ class Sweep:
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
         with self.allocator.lease(cores) as lease:
-            self.phases.mark(step, log=script.parent / names[1])
+            log = script.parent / names[1]
+            log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
+            self.phases.mark(step, log=log)
             environment.update(s.device.pin_env(lease.cores))
             request = RunRequest(
                 script=script,
                 cwd=s.workdir,
                 env=environment,
                 verdict_path=script.parent / names[0],
-                log_path=script.parent / names[1],
+                log_path=log,
                 timeout_s=timeout_s or s.timeout_s,
                 max_memory_gb=s.max_memory_gb,
                 cpus=s.device.cpus(lease.cores),
