@@ -48,6 +48,9 @@ from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
+#: What the session does not keep of a recorded row (the journal and the dataset have it; the
+#: summary, the baseline and the progress never read it): the scripts' text, the raw timings.
+UNKEPT = frozenset({"run_py", "repro_py", "timings"})
 #: The report attribute that carries a model's outcomes, one per mode (plain types).
 OUTCOMES_ATTRIBUTE = xdist.OUTCOMES_ATTRIBUTE
 
@@ -310,7 +313,7 @@ class SweepSession:
                 self.store.publish(self.sweep.sweep_id, self.sweep.pair, table, row)
                 if self.journal is not None:
                     self.journal.append(self.sweep.pair, row, table, validated=True)
-                kept.append(row)
+                kept.append({k: v for k, v in row.items() if k not in UNKEPT})
 
     def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:
         """The outcome of a model whose xdist worker died while running it: its first mode's

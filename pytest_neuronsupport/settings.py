@@ -74,6 +74,8 @@ class Settings:
     bench_seq_len: tuple[int, ...] = declared("bench-seq-len")
     bench_io: tuple[tuple[int, int], ...] = declared("bench-io")
     bench_rounds: int = declared("bench-rounds")
+    bench_min_seconds: float = declared("bench-min-seconds")
+    bench_max_rounds: int = declared("bench-max-rounds")
     bench_warmup: int = declared("bench-warmup")
     bench_replicas: int = declared("bench-replicas")
     #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.

@@ -2,7 +2,9 @@
 
 One block per pair (``<compiler>-<v> / <library>-<v>``) and kind, one line per model and
 configuration. Every timed figure is shown with its spread (``P50 (±stdev)`` or its P99 beside
-it); a configuration flagged ``noisy`` (P99 over twice P50) is marked ``!``. A row without
+it); a configuration flagged ``noisy`` (P99 over twice P50) is marked ``!``, one flagged
+``wide_interval`` (a 95% interval wider than a tenth of its figure) ``~``; the speedup has its
+interval. A row without
 figures (a failed or excluded benchmark) shows its result and why.
 """
 
@@ -31,8 +33,15 @@ def _money(value: object) -> str:
 
 
 def _thr(row: dict[str, Any]) -> str:
-    flag = "!" if row.get("noisy") else ""
+    flag = ("!" if row.get("noisy") else "") + ("~" if row.get("wide_interval") else "")
     return f"{_n(row.get('throughput'))} ±{_n(row.get('throughput_round_stdev'), 1)}{flag}"
+
+
+def _speedup(row: dict[str, Any]) -> str:
+    """``2.00x``, with its 95% interval where the row has one: ``2.00x [1.90-2.10]``."""
+    low, high = row.get("speedup_vs_eager_ci_low"), row.get("speedup_vs_eager_ci_high")
+    interval = "" if low is None or high is None else f" [{_n(low)}-{_n(high)}]"
+    return f"{_n(row.get('speedup_vs_eager'))}x{interval}"
 
 
 _COMMON_HEAD: Sequence[Column] = (
@@ -41,7 +50,7 @@ _COMMON_HEAD: Sequence[Column] = (
 )
 _COMMON_TAIL: Sequence[Column] = (
     ("Cost per 1M", lambda r: _money(r.get("cost_per_million"))),
-    ("vs eager", lambda r: _n(r.get("speedup_vs_eager")) + "x"),
+    ("vs eager", _speedup),
     ("Roofline", lambda r: _n(r.get("roofline_fraction"), 4)),
     ("Compile s", lambda r: _n(r.get("compile_s"))),
     ("Run Mode", lambda r: str(r.get("run_mode") or "-")),
