@@ -31,6 +31,7 @@ __all__ = [
     "COLUMNS",
     "COLUMN_DOCS",
     "DEVICES",
+    "PHASE_COLUMNS",
     "RESULT_MEANINGS",
     "RUN_FIELDS",
     "SCHEMA",
