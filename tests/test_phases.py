@@ -109,3 +109,15 @@ def test_on_neuron_the_neffs_a_run_added_are_its_fresh_compiles(neff_cache_for_t
 def test_every_phase_column_is_documented() -> None:
     for name in (*PHASE_COLUMNS, "graphs_cached", "graphs_compiled", "wall_s"):
         assert name in COLUMN_DOCS
+
+
+def test_lookup_says_where_a_rows_time_went() -> None:
+    from pytest_neuronsupport.views.lookup import phases_line
+
+    row = {"load_s": 0.3, "compile_s": 9.19, "generate_s": 0.27, "forward_s": None}
+    row.update(reference_s=0.008, graphs_cached=2, graphs_compiled=0)
+    assert phases_line(row) == (
+        "time: load 0.3s, compile 9.2s, generate 0.3s, reference 0.0s, graphs: 2 cached, 0 compiled"
+    )
+    assert phases_line({"load_s": 1.0, "graphs_cached": None}) == "time: load 1.0s"
+    assert phases_line({"wall_s": 3.0}) is None  # a row of a file before the phase times
