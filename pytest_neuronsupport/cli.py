@@ -280,7 +280,7 @@ def _select(args: argparse.Namespace) -> int:
     try:
         hub.check_reachable(api.endpoint)
         found = selection.candidates(api, tasks, args.depth)
-    except hub.HubUnreachableError as exc:
+    except hub.HubFault as exc:
         raise CommandError(str(exc)) from None
     except Exception as exc:  # the client raises httpx's, its own and OSError's
         raise CommandError(

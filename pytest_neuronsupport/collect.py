@@ -84,9 +84,10 @@ class ModelItem(pytest.Item):
             outcome = modes_.test(mode, self.sweep, self.spec, before)
             before[outcome.table] = outcome
             self.outcomes.append(outcome)
+        faulted = next((o for o in self.outcomes if o.fault is not None), None)
+        if faulted is not None and faulted.fault is not None:  # an error, not a verdict
+            raise ModelFailure(report.fault_text(faulted.model_id, faulted.fault))
         first = self.outcomes[0] if self.outcomes else None
-        if first is not None and first.fault is not None:
-            raise ModelFailure(report.fault_text(first.model_id, first.fault))
         if first is None or not first.rows:
             if first is not None and first.reason is not None:
                 skip_model(first.reason)

@@ -164,6 +164,9 @@ def model_line(
     """A finished model's line, the result it counts as in the progress, and its wall time:
     by its first mode's row, else why nothing ran."""
     first = outcomes[0] if outcomes else None
+    fault = next((o.fault for o in outcomes if o.fault is not None), None)
+    if fault is not None:  # the environment's, not the model's: no row
+        return f"{'ERROR':<13} {model_id}  (not tested: {fault})", "ERROR", None
     row = first.rows[0] if first is not None and first.rows else None
     if row is not None:
         more = LINE_FACTS.get(first.table, _no_facts)(row) if first else []

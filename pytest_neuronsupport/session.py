@@ -431,6 +431,8 @@ def report_status(
     """A model's test status: its first row's result as the word (``XPASS PASS`` when the
     baseline decided), and no letter when each model gets a line of its own."""
     first = outcomes[0] if outcomes else None
+    if any(outcome.fault is not None for outcome in outcomes):  # the environment's: an error
+        return "error", "" if lines_per_model else "E", "ERROR"
     if first is None or not first.rows:
         return (rep.outcome, "", rep.outcome.upper()) if lines_per_model else None
     word = str(first.rows[0]["result"])
