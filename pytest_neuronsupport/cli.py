@@ -23,6 +23,7 @@ neuronsupport perf                           the performance tables
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -486,10 +487,10 @@ def _train_report(args: argparse.Namespace) -> int:
 
 
 def _perf(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.views.perf import perf_report
+    from pytest_neuronsupport.views.perf import WIDTH, perf_report
 
     results = _read(str(args.results))
-    lines = perf_report(results)
+    lines = perf_report(results, shutil.get_terminal_size((WIDTH, 24)).columns)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no performance results") else 1
 

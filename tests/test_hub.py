@@ -241,16 +241,27 @@ def test_hub_failures_are_fail_load_with_the_reason(
     assert rows["org/gpt2"][0] == "FAIL(load)" and "RevisionNotFoundError" in rows["org/gpt2"][1]
     assert rows["org/gated"][0] == "FAIL(load)" and "GatedRepoError" in rows["org/gated"][1]
 
-    # the Hub down is the environment's fault, not the model's: no row, the test fails
+    # the Hub failing is the environment's fault, not the model's: no row, the test an error
+    hub.fail_with(503)
+    failing = sweep.run("org/gpt2", args=["--neuron-rerun"])
+    assert failing.result.ret == 1
+    failing.result.stdout.fnmatch_lines(
+        [
+            f"org/gpt2: not tested, no row recorded: the Hub at {hub.url} answered 503 for *",
+            "*1 error*",
+        ]
+    )
+    hub.heal()
     monkeypatch.setenv("HF_ENDPOINT", closed := f"http://127.0.0.1:{free_port()}")
     down = sweep.run("org/gpt2", args=["--neuron-rerun"])
-    assert down.result.ret == 1 and down.outcome("org/gpt2") == "failed"
+    assert down.result.ret == 1 and down.outcome("org/gpt2") == "failed"  # junit: a failure
     down.result.stdout.fnmatch_lines(
         [f"org/gpt2: not tested, no row recorded: the Hub at {closed} is unreachable: *"]
     )
-    kept = down.row("org/gpt2")  # the row recorded before stays as it was
-    assert kept["tested_at"] == done.row("org/gpt2")["tested_at"]
-    assert "RevisionNotFoundError" in kept["error"]
+    for after in (failing, down):  # the row recorded before stays as it was
+        kept = after.row("org/gpt2")
+        assert kept["tested_at"] == done.row("org/gpt2")["tested_at"]
+        assert "RevisionNotFoundError" in kept["error"]
 
 
 @pytest.mark.slow
