@@ -225,8 +225,9 @@ class SweepSession:
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.sweep.budget.remove()
         self.apply_selection()
-        self.problems.extend(self.store.finish())
-        if self.unreadable and session.exitstatus == pytest.ExitCode.OK:
+        not_shared = self.store.finish()  # rows the shared dataset lacks (kept locally)
+        self.problems.extend(not_shared)
+        if (self.unreadable or not_shared) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows not in the dataset: say so
         if self.settings.require_check:
             self.unchecked_failing = [r["model_id"] for r in report.unchecked_rows(self.covered())]
