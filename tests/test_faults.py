@@ -17,6 +17,7 @@ from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.plan import plan
 from pytest_neuronsupport.runners import Runners
+from tests.sweeping import SweepRunner
 from tests.test_hub import free_port
 
 CONFIG = {"config.json": json.dumps({"model_type": "gpt2"}).encode()}
@@ -130,3 +131,17 @@ def test_a_pip_failure_with_an_answering_index_is_not_a_fault() -> None:
         "the package index http://x/simple is unreachable (pip): WARNING: Retrying "
         "(Retry(total=0)) after connection broken by 'NewConnectionError(...)': /simple/nsnothing/"
     )
+
+
+@pytest.mark.slow  # a one-model sweep, its compile refused at once
+def test_a_run_whose_disk_filled_up_is_an_error_and_records_no_row(sweep: SweepRunner) -> None:
+    full = sweep.run("zoo:bert-mlm", backend="backends_for_tests:disk_full_backend_for_tests")
+    assert full.result.ret == 1
+    full.result.stdout.fnmatch_lines(
+        [
+            "zoo:bert-mlm: not tested, no row recorded: the disk is full (in the run): "
+            "[[]Errno 28[]] No space left on device: '/cache/compiler/graph.neff'*",
+            "*1 error*",
+        ]
+    )
+    assert "zoo:bert-mlm" not in full.rows
