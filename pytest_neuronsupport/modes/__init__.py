@@ -211,7 +211,9 @@ def test(
     if not mode.ready(sweep, spec, before or {}):
         return ModeOutcome(name, spec.id)
     if mode.budgeted and spec.exclusion is None and sweep.budget.exhausted():
-        return ModeOutcome(name, spec.id, reason=limit)  # an exclusion costs nothing
+        # an exclusion costs nothing, nor does a recorded model whose script is unchanged
+        if sweep.settings.rerun or sweep.recorded(mode.table, spec.id) is None:
+            return ModeOutcome(name, spec.id, reason=limit)
     base = mode.base_row(sweep, spec)
     script: Script | None = None
     try:
