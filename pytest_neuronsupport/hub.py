@@ -3,7 +3,8 @@
 ``huggingface_hub`` retries a refused connection with backoff (about 25 s for a listing or a
 file download) before it says anything; a sweep would wait that long per model, twice (its
 config, then its weights in ``run.py``). One request through the client's own session, without
-retries, tells at once, and the error names the endpoint. Before a model's run,
+retries, tells at once, and the error names the endpoint. :func:`bound_cache` keeps the Hub's
+cache within ``--neuron-hub-cache-max``. Before a model's run,
 :func:`check_checkpoint` asks the Hub for its ``config.json`` (a HEAD, through the client): an
 answer 5xx, no answer in time or no connection is an environment fault
 (:class:`HubFault`, a :class:`~pytest_neuronsupport.faults.Fault`), not the model's
@@ -13,15 +14,19 @@ answer 5xx, no answer in time or no connection is an environment fault
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Final
 
 from pytest_neuronsupport.faults import Fault
 
 __all__ = [
     "HubFault",
+    "bound_cache",
     "check_checkpoint",
     "check_reachable",
     "endpoint",
+    "eviction_line",
     "without_hints",
 ]
 
@@ -124,3 +129,57 @@ def check_checkpoint(
 def first_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0] if lines else text
+
+
+#: Bytes in a GB, as ``--neuron-hub-cache-max GB`` counts them.
+GB: Final = 10**9
+
+
+def bound_cache(
+    max_bytes: int, done: Iterable[str], cache_dir: str | Path | None = None
+) -> list[tuple[str, int]]:
+    """Keep the Hub's cache (``cache_dir``, default: the client's) within ``max_bytes``: the
+    checkpoints of ``done`` (the sweep's models whose runs ended), least recently used first,
+    are deleted through ``huggingface_hub``'s own cache API (scan the cache, delete
+    revisions) until it fits, or none of them is left. Nothing else is touched (a model still
+    to run, the judge, repos the sweep did not download). Returns ``(repo id, bytes)`` of each
+    evicted, in order."""
+    from huggingface_hub import scan_cache_dir
+
+    done = set(done)
+    if not done:
+        return []
+    try:
+        info = scan_cache_dir(cache_dir)
+    except Exception:  # no cache yet (CacheNotFound), or one being written: next time
+        return []
+    size = info.size_on_disk
+    ours = [r for r in info.repos if r.repo_type == "model" and r.repo_id in done]
+    evicted: list[tuple[str, int]] = []
+    commits: list[str] = []
+    for repo in sorted(ours, key=lambda r: r.last_accessed):
+        if size <= max_bytes:
+            break
+        commits.extend(revision.commit_hash for revision in repo.revisions)
+        evicted.append((repo.repo_id, repo.size_on_disk))
+        size -= repo.size_on_disk
+    if commits:
+        info.delete_revisions(*commits).execute()
+    return evicted
+
+
+def eviction_line(evicted: Sequence[tuple[str, int]], max_bytes: int) -> str | None:
+    """The summary's line of what :func:`bound_cache` evicted over a sweep (None: nothing)."""
+    if not evicted:
+        return None
+    total = sum(size for _, size in evicted)
+    names = ", ".join(repo_id for repo_id, _ in evicted)
+    count = f"{len(evicted)} checkpoint{'s' if len(evicted) != 1 else ''}"
+    return (
+        f"hub cache: evicted {count}, {_size(total)}, after their runs to stay within "
+        f"--neuron-hub-cache-max {max_bytes / GB:g} GB: {names}"
+    )
+
+
+def _size(count: int) -> str:
+    return f"{count / GB:.2f} GB" if count >= GB // 10 else f"{count / 10**6:.1f} MB"

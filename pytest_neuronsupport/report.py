@@ -198,6 +198,8 @@ class SummaryFacts:
     shard: str | None
     tables: list[TableFacts]
     problems: list[str] = field(default_factory=list)
+    #: Lines of what the sweep did beside its rows (the Hub cache's evictions).
+    notes: list[str] = field(default_factory=list)
     baseline: Path | str | None = None
     comparison: Comparison | None = None
     #: The pair the sweep wrote, as a baseline names it.
@@ -230,6 +232,8 @@ def write_summary(tr: Any, facts: SummaryFacts) -> None:
             tr.write_line(line)
     if not facts.tables:
         tr.write_line(counts_line([]))
+    for note in facts.notes:
+        tr.write_line(note)
     for problem in facts.problems:
         tr.write_line(f"problem: {problem}", yellow=True)
     if facts.unchecked_failing:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, collect, modes, report, shards, xdist
+from pytest_neuronsupport import baseline, collect, hub, modes, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
@@ -117,6 +117,10 @@ class SweepSession:
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: Models done, whose Hub checkpoints may be evicted, and those evicted (repo id, bytes):
+    #: ``--neuron-hub-cache-max``.
+    hub_done: set[str] = field(default_factory=set)
+    evicted: list[tuple[str, int]] = field(default_factory=list)
     #: Pair files a merge could not read (their rows wait in the journal).
     unreadable: set[Path] = field(default_factory=set)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
@@ -181,6 +185,7 @@ class SweepSession:
         outcomes = outcomes_of(report)
         if self.controller and outcomes is not None:
             self.record(outcomes)
+            self.bound_hub_cache(outcomes)
             self.show_progress(report.nodeid.rsplit("::", 1)[-1], outcomes, report)
 
     def pytest_report_teststatus(
@@ -294,6 +299,21 @@ class SweepSession:
                     self.journal.append(self.sweep.pair, row, table, validated=True)
                 kept.append(row)
 
+    def bound_hub_cache(self, outcomes: list[ModeOutcome]) -> None:
+        """With ``--neuron-hub-cache-max``: the model's runs ended; evict what the bound asks
+        of the checkpoints of models done (never the judge's)."""
+        if self.settings.hub_cache_max_gb is None or not outcomes:
+            return
+        self.hub_done.add(outcomes[0].model_id)
+        judge = (self.settings.judge or "").partition("@")[0]
+        limit = int(self.settings.hub_cache_max_gb * hub.GB)
+        self.evicted.extend(hub.bound_cache(limit, self.hub_done - {judge}))
+
+    def hub_cache_notes(self) -> list[str]:
+        gb = self.settings.hub_cache_max_gb
+        line = None if gb is None else hub.eviction_line(self.evicted, int(gb * hub.GB))
+        return [] if line is None else [line]
+
     def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:
         """The outcome of a model whose xdist worker died while running it: its first mode's
         row, FAIL(other)."""
@@ -381,6 +401,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
+            notes=self.hub_cache_notes(),
             baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),

@@ -145,3 +145,33 @@ def test_a_run_whose_disk_filled_up_is_an_error_and_records_no_row(sweep: SweepR
         ]
     )
     assert "zoo:bert-mlm" not in full.rows
+
+
+def test_the_hub_cache_is_bounded_by_evicting_models_done_least_recently_used_first(
+    minihub: MiniHub, tmp_path: Path
+) -> None:
+    """Repos of known sizes downloaded from the loopback Hub into a cache of their own."""
+    from huggingface_hub import hf_hub_download, scan_cache_dir
+
+    cache = tmp_path / "hub"
+    sizes = {"org/a": 2_000_000, "org/b": 1_000_000, "org/still-to-run": 3_000_000}
+    for repo_id, size in sizes.items():
+        minihub.add_model(repo_id, files={**CONFIG, "model.safetensors": b"\0" * size})
+        for name in ("config.json", "model.safetensors"):
+            hf_hub_download(repo_id, name, cache_dir=cache, endpoint=minihub.url)
+    total = scan_cache_dir(cache).size_on_disk
+    assert total >= sum(sizes.values())
+    assert hub.bound_cache(total, ["org/a", "org/b"], cache) == []  # within the bound
+    # org/a alone is done: evicting it is enough
+    evicted = hub.bound_cache(total - 1_500_000, ["org/a"], cache)
+    assert [repo_id for repo_id, _ in evicted] == ["org/a"] and evicted[0][1] >= 2_000_000
+    # over the bound with every model done evicted: the one still to run stays all the same
+    evicted += hub.bound_cache(1_000, ["org/a", "org/b"], cache)
+    assert [repo_id for repo_id, _ in evicted] == ["org/a", "org/b"]
+    assert [r.repo_id for r in scan_cache_dir(cache).repos] == ["org/still-to-run"]
+    line = hub.eviction_line(evicted, 4 * hub.GB)
+    assert line is not None and line.startswith(
+        "hub cache: evicted 2 checkpoints, 3.0 MB, after their runs"
+    )
+    assert line.endswith("--neuron-hub-cache-max 4 GB: org/a, org/b")
+    assert hub.eviction_line([], 4 * hub.GB) is None
