@@ -10,6 +10,7 @@ the report.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -62,6 +63,16 @@ class ModelListFile(pytest.File):
         if isinstance(excinfo.value, ModelListError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+def list_nodeid(path: Path, rootpath: Path) -> str:
+    """A list file's node id: its path from pytest's rootdir, else (a list outside it, such
+    as a bundled one when pytest runs outside the clone) its absolute path; never the empty
+    id pytest gives a file that is itself a command-line argument outside the rootdir."""
+    try:
+        return path.resolve().relative_to(rootpath.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
 
 
 class ModelItem(pytest.Item):

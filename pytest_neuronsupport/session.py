@@ -149,7 +149,12 @@ class SweepSession:
         """Model list files named by the options become collectors of model items."""
         if file_path.resolve() in self.settings.lists:
             return ModelListFile.from_parent(
-                parent, path=file_path, sweep=self.sweep, modes=self.modes, listed=self.listed
+                parent,
+                path=file_path,
+                nodeid=collect.list_nodeid(file_path, self.config.rootpath),
+                sweep=self.sweep,
+                modes=self.modes,
+                listed=self.listed,
             )
         return None
 
