@@ -50,6 +50,22 @@ class ModelListFile(pytest.File):
         #: The models of the lists collected so far: one listed twice would overwrite its row.
         self.listed = listed
 
+    @classmethod
+    def of(
+        cls,
+        parent: pytest.Collector,
+        path: Path,
+        sweep: Sweep,
+        modes: Sequence[Mode],
+        listed: dict[str, ModelSpec],
+    ) -> ModelListFile:
+        """The collector of the list at ``path``, its node id from :func:`list_nodeid`."""
+        nodeid = list_nodeid(path, parent.config.rootpath)
+        found: ModelListFile = cls.from_parent(
+            parent, path=path, nodeid=nodeid, sweep=sweep, modes=modes, listed=listed
+        )
+        return found
+
     def collect(self) -> Iterator[ModelItem]:
         specs = parse(self.path, runners=self.sweep.runners)
         check_unique(specs, self.listed)

@@ -148,14 +148,7 @@ class SweepSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         """Model list files named by the options become collectors of model items."""
         if file_path.resolve() in self.settings.lists:
-            return ModelListFile.from_parent(
-                parent,
-                path=file_path,
-                nodeid=collect.list_nodeid(file_path, self.config.rootpath),
-                sweep=self.sweep,
-                modes=self.modes,
-                listed=self.listed,
-            )
+            return ModelListFile.of(parent, file_path, self.sweep, self.modes, self.listed)
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -190,7 +183,6 @@ class SweepSession:
         outcomes = outcomes_of(report)
         if self.controller and outcomes is not None:
             self.record(outcomes)
-            self.bound_hub_cache(outcomes)
             self.show_progress(report.nodeid.rsplit("::", 1)[-1], outcomes, report)
 
     def pytest_report_teststatus(
@@ -303,6 +295,7 @@ class SweepSession:
                 if self.journal is not None:
                     self.journal.append(self.sweep.pair, row, table, validated=True)
                 kept.append(row)
+        self.bound_hub_cache(outcomes)  # the model's runs ended: its checkpoint may go
 
     def bound_hub_cache(self, outcomes: list[ModeOutcome]) -> None:
         """With ``--neuron-hub-cache-max``: the model's runs ended; evict what the bound asks
