@@ -18,6 +18,7 @@ neuronsupport merge                          fold journals (a folder) or shards'
 neuronsupport push --repo ORG/NAME           the dataset to a Hub dataset repo (--space: the page)
 neuronsupport train-report                   the training table, per model
 neuronsupport perf                           the performance tables
+neuronsupport dashboard                      each pair against the previous one, at a glance
 """
 
 from __future__ import annotations
@@ -184,6 +185,14 @@ def parser() -> argparse.ArgumentParser:
         "perf", help="the performance tables (encoders, decoders, encoder-decoders)"
     )
     _results(perf)
+
+    board = sub.add_parser(
+        "dashboard",
+        help="one column per pair: pass rate, speedup, compile time, memory, graph breaks, "
+        "each against the previous pair, and the worst models",
+    )
+    board.add_argument("--format", choices=("text", "json"), default="text")
+    _results(board)
     return p
 
 
@@ -495,6 +504,23 @@ def _perf(args: argparse.Namespace) -> int:
     return 0 if not lines[0].startswith("no performance results") else 1
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.dataset.layout import is_hub, is_shared
+    from pytest_neuronsupport.dataset.results import ResultsError, open_results
+    from pytest_neuronsupport.views.dashboard import dashboard_report
+
+    uri = str(args.results)
+    if is_shared(uri) and not is_hub(uri):  # s3://: read through its local copy, pulled
+        folder = settings.shared_copy(options.default_cache(), uri)
+        try:
+            open_results(folder, uri).pull()
+        except ResultsError as exc:
+            raise CommandError(str(exc)) from None
+        args.results = folder
+    sys.stdout.write(dashboard_report(_results_dir(args), args.format))
+    return 0
+
+
 _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("zoo", "list"): _zoo_list,
     ("zoo", "build"): _zoo_build,
@@ -512,6 +538,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("push", None): _push,
     ("train-report", None): _train_report,
     ("perf", None): _perf,
+    ("dashboard", None): _dashboard,
 }
 
 

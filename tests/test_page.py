@@ -21,6 +21,7 @@ from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
+from pytest_neuronsupport.views.dashboard import dashboard, grid, history
 from pytest_neuronsupport.views.failures import pair_failures
 from pytest_neuronsupport.views.page import write_page
 from pytest_neuronsupport.views.perf import FAILED_HEADER, perf_tables
@@ -432,6 +433,43 @@ def test_performance_and_training_views(watched: Watched, results: Path) -> None
     assert "memory cap GB: 4.0, None" in str(page.locator("#train h3").text_content())
     page.click('button[data-view="all"]')
     assert not page.locator("#train").is_visible() and len(watched.models()) == len(ROWS)
+
+
+def test_the_dashboard_view_is_the_commands_table_with_plots_and_links(
+    watched: Watched, results: Path
+) -> None:
+    """The table of ``neuronsupport dashboard`` cell for cell (same code), a plot per metric,
+    the worst models opening their rows, and each model's history in its details."""
+    page = watched.page
+    cells = """t => [...t.rows].map(r => [...r.cells].map(c => c.textContent.trim()))"""
+    page.click('button[data-view="dashboard"]')
+    assert page.locator("#dashboard").is_visible() and not page.locator("#rows-table").is_visible()
+    board = dashboard(results)
+    table = grid(board)
+    shown = page.locator("#dashboard table").evaluate(cells)
+    assert shown[0] == [table.header[0], "across pairs", *table.header[1:]]
+    assert [[line[0], *line[2:]] for line in shown[1:]] == [list(line) for line in table.cells]
+    assert table.header[1:] == (C, B, A)  # version order; B is A's previous
+    assert page.locator("#dashboard svg.plot").count() >= 2  # inline SVG, no script from outside
+    titles = page.locator("#dashboard svg.plot circle title").all_text_contents()
+    assert f"{B}: 33.3%" in titles  # of zeta-lm, Llama-Tiny and whisper, one passed
+    worst = page.locator(f'#dashboard .worst-pair[data-pair="{B}"] li[data-metric="pass rate"]')
+    assert worst.locator("button.model-link").all_text_contents() == ["org/whisper", "org/zeta-lm"]
+    worst.locator("button.model-link", has_text="org/zeta-lm").click()
+    detail = page.locator("dialog#detail")
+    assert detail.locator("#detail-title").text_content() == "org/zeta-lm"
+    assert detail.locator('dd[data-field="pair"]').text_content() == B  # the row of that pair
+    rows = detail.locator("#detail-history tbody tr").evaluate_all(
+        "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    assert rows == [[B, "FAIL(gen)", "—", "—"], [A, "PASS", "—", "—"]]
+    assert [h["pair"] for h in history(board)["org/zeta-lm"]] == [B, A]
+    detail.locator("#detail-close").click()
+    page.click('button[data-view="all"]')
+    page.click("button.model:text-is('org/alpha-bert')")
+    assert detail.locator("#detail-history tbody tr td.result").all_text_contents() == [
+        "PASS unchecked"
+    ]
 
 
 def test_the_architectures_view_is_the_coverage_commands_matrix(

@@ -6,8 +6,10 @@ SVG, and a table of every row that the page's own script filters (search, result
 orders (the selection, by task) and opens (a row's details, its ``run.py`` and ``repro.py``), and
 each pair's failures grouped by cause (:mod:`.failures`, as ``neuronsupport failures`` groups
 them, rendered by the template), the support matrix by architecture (:mod:`.coverage`, the
-lines of ``neuronsupport coverage``), and the performance and training tables (:mod:`.perf` and
-:mod:`.training`, the same cells as ``neuronsupport perf`` and ``train-report``). The rows reach
+lines of ``neuronsupport coverage``), the performance and training tables (:mod:`.perf` and
+:mod:`.training`, the same cells as ``neuronsupport perf`` and ``train-report``), and the
+dashboard across pairs (:mod:`.dashboard`, the table of ``neuronsupport dashboard`` with a plot
+of each metric, and each model's history in its details). The rows reach
 the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
 with ``textContent`` only, and a Content-Security-Policy lets nothing but that script run and
 nothing load from the network.
@@ -33,6 +35,7 @@ from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
 from pytest_neuronsupport.pipeline.classify import own_error
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
+from pytest_neuronsupport.views.dashboard import dashboard, history, page_dashboard
 from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
 from pytest_neuronsupport.views.lookup import natural_key, pairs
 from pytest_neuronsupport.views.perf import FAILED_HEADER, PerfPair, perf_tables
@@ -171,16 +174,21 @@ def _chart(rows: list[dict[str, Any]], legend: list[dict[str, str]]) -> dict[str
     }
 
 
-def _failures(results_dir: Path, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each pair's failure groups (:func:`.failures.pair_failures`), in version order, as the
-    template shows them: the cause, and each model (and the repro's) with the index of its row
-    on the page, the pair's latest row of that model (None if the page has none)."""
+def _latest_index(raw: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """(pair label, model id) → the index on the page of the pair's latest row of the model."""
     latest: dict[tuple[str, str], int] = {}
     for index, row in enumerate(raw):
         key = (_pair_label(row), row["model_id"])
         best = latest.get(key)
         if best is None or tested_at_key(row["tested_at"]) >= tested_at_key(raw[best]["tested_at"]):
             latest[key] = index
+    return latest
+
+
+def _failures(results_dir: Path, latest: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """Each pair's failure groups (:func:`.failures.pair_failures`), in version order, as the
+    template shows them: the cause, and each model (and the repro's) with the index of its row
+    on the page, the pair's latest row of that model (``latest``; None if the page has none)."""
     shown = []
     for pair in sorted(pairs(results_dir), key=natural_key):
         label = pair.replace("/", " / ")
@@ -253,7 +261,9 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
     chart = _chart(rows, legend)
     times = [row["tested_at"] for row in raw if row["tested_at"] is not None]
     tasks = sorted({row["task"] for row in rows})
-    failures = _failures(Path(results_dir), raw)
+    latest_index = _latest_index(raw)
+    failures = _failures(Path(results_dir), latest_index)
+    board = dashboard(Path(results_dir))
     perf: list[PerfPair] = sorted(perf_tables(Path(results_dir)), key=_by_pair)
     train: list[TrainPair] = sorted(train_tables(Path(results_dir)), key=_by_pair)
     matrix = coverage(Path(results_dir))
@@ -276,8 +286,9 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         train=train,
         train_note=TRAIN_NOTE,
         latest=max(times).isoformat(timespec="seconds") if times else None,
+        dashboard=page_dashboard(board, latest_index),
         script_hash=_script_hash(env),
-        data={"rows": rows, "results": legend, "tasks": tasks},
+        data={"rows": rows, "results": legend, "tasks": tasks, "history": history(board)},
     )
     index = Path(out_dir) / "index.html"
     atomic_write_text(index, html)

@@ -136,7 +136,7 @@
   function render() {
     // the failures, architectures, performance and training views are sections of their own,
     // without filters
-    const sections = ["failures", "coverage", "perf", "train"];
+    const sections = ["failures", "coverage", "perf", "train", "dashboard"];
     const section = sections.includes(state.view);
     for (const id of sections) {
       byId(id).hidden = state.view !== id;
@@ -198,11 +198,36 @@
       block.hidden = value === null || value === "";
       block.querySelector("pre").textContent = value ?? "";
     }
+    showHistory(row.model_id);
     byId("copy-status").textContent = "";
     byId("copy-repro-status").textContent = "";
     if (!dialog.open) {
       dialog.showModal();
     }
+  }
+
+  function showHistory(modelId) {
+    // the model's result, compile time and speedup in each pair (the dashboard's figures)
+    const entries = (data.history || {})[modelId] || [];
+    const section = byId("detail-history");
+    const body = section.querySelector("tbody");
+    body.replaceChildren(
+      ...entries.map((entry) => {
+        let result = entry.result === null ? "—" : badge(entry.result);
+        if (entry.result !== null && entry.unchecked) {
+          result = el("span", null, badge(entry.result), " unchecked");
+        }
+        return el(
+          "tr",
+          "history-row",
+          el("td", "pair", entry.pair),
+          el("td", "result", result),
+          el("td", "num", entry.compile_s === null ? "—" : entry.compile_s.toFixed(2)),
+          el("td", "num", entry.speedup === null ? "—" : `${entry.speedup.toFixed(2)}x`),
+        );
+      }),
+    );
+    section.hidden = entries.length === 0;
   }
 
   function prettyJson(text) {
@@ -273,7 +298,7 @@
   });
   byId("copy-run-py").addEventListener("click", () => copyField("run_py", "copy-status"));
   byId("copy-repro-py").addEventListener("click", () => copyField("repro_py", "copy-repro-status"));
-  for (const button of byId("failures").querySelectorAll("button[data-index]")) {
+  for (const button of document.querySelectorAll("#failures button[data-index], #dashboard button[data-index]")) {
     button.addEventListener("click", () => showDetail(rows[Number(button.dataset.index)]));
   }
   render();

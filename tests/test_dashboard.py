@@ -1,0 +1,362 @@
+"""``neuronsupport dashboard``: each pair's figures against the previous pair's, from rows written
+with the dataset writer (no sweep), and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import settings
+from pytest_neuronsupport.cli import main as cli_main
+from pytest_neuronsupport.dataset.journal import Journal
+from pytest_neuronsupport.dataset.merge import merge_journals
+from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.shared import SharedResults
+from pytest_neuronsupport.views.dashboard import (
+    Dashboard,
+    dashboard,
+    dashboard_report,
+    grid,
+    history,
+    page_dashboard,
+)
+from tests.results_for_tests import T0, pair_of, result_row, write_results
+from tests.test_shared import BUCKET, s3  # noqa: F401 (moto's S3 server: a fixture)
+
+OLD = "inductor-2.9.1 / transformers-5.24.0"
+NEW = "inductor-2.13.0 / transformers-5.24.0"
+EAGER = "aot_eager-2.13.0 / transformers-5.24.0"
+_OLD: dict[str, Any] = {"compiler_version": "2.9.1"}
+
+
+def _support_rows() -> list[dict[str, Any]]:
+    return [
+        # the older inductor: a, c PASS (c unchecked), b failed, d excluded
+        result_row("org/a", compile_s=10.0, **_OLD),
+        result_row("org/b", "FAIL(gen)", graph_breaks=2, **_OLD),
+        result_row("org/c", checked_by="none", **_OLD),
+        result_row("org/d", "EXCLUDED", exclusion="remote code", **_OLD),
+        # the newer one: a (an older row of it replaced by a later one) and b pass, c fails
+        result_row("org/a", "FAIL(other)", compile_s=99.0),
+        result_row("org/a", compile_s=5.0, minutes=5),
+        result_row("org/b", graph_breaks=1),
+        result_row("org/c", "FAIL(load)"),
+        result_row("org/d", "EXCLUDED", exclusion="remote code"),
+        # another compiler: one PASS, no compile_s column at all
+        result_row("org/a", compiler="aot_eager"),
+    ]
+
+
+def _perf_row(model_id: str, configuration: str, **more: Any) -> dict[str, Any]:
+    return {
+        "model_id": model_id,
+        "configuration": configuration,
+        "kind": "encoder",
+        "result": "PASS",
+        "tested_at": T0,
+        **more,
+    }
+
+
+def _perf_rows() -> dict[str, list[dict[str, Any]]]:
+    new = "inductor-2.13.0/transformers-5.24.0.parquet"
+    old = "inductor-2.9.1/transformers-5.24.0.parquet"
+    return {
+        new: [
+            # org/a: two configurations, 2x and 8x: 4x for the model
+            _perf_row(
+                "org/a",
+                "b1-s128-dp1",
+                speedup_vs_eager=2.0,
+                compile_s=50.0,
+                wide_interval=False,
+                peak_gb=2.0,
+                eager_peak_gb=1.0,
+            ),
+            _perf_row(
+                "org/a",
+                "b8-s128-dp1",
+                speedup_vs_eager=8.0,
+                wide_interval=False,
+                peak_gb=3.0,
+                eager_peak_gb=1.5,
+            ),
+            _perf_row(
+                "org/b",
+                "b1-s128-dp1",
+                speedup_vs_eager=1.0,
+                compile_s=7.0,
+                wide_interval=False,
+                peak_gb=1.0,
+                eager_peak_gb=2.0,
+            ),
+            # a figure whose interval is too wide: left out of the geomean
+            _perf_row("org/c", "b1-s128-dp1", speedup_vs_eager=100.0, wide_interval=True),
+            _perf_row("org/e", "b1-s128-dp1", result="FAIL(gen)", speedup_vs_eager=None),
+        ],
+        # an older file: no wide_interval, no peak columns
+        old: [_perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=1.5, compile_s=12.0)],
+    }
+
+
+def _write(results: Path) -> Path:
+    write_results(results, _support_rows())
+    with Journal(results) as journal:
+        for pair, rows in _perf_rows().items():
+            for row in rows:
+                journal.append(pair, row, PERF)
+        path = journal.path
+    assert merge_journals(results, include=[path]).ok
+    return results
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("dashboard"))
+
+
+@pytest.fixture(scope="module")
+def board(results: Path) -> Dashboard:
+    return dashboard(results)
+
+
+def _columns(board: Dashboard) -> dict[str, Any]:
+    return {column.pair: column for column in board.columns}
+
+
+def test_one_column_per_pair_in_version_order_against_the_same_compilers_previous(
+    board: Dashboard,
+) -> None:
+    assert [c.pair for c in board.columns] == [EAGER, OLD, NEW]  # 2.9.1 before 2.13.0
+    assert [c.previous for c in board.columns] == [None, None, OLD]
+
+
+def test_pass_rate_is_pass_over_tested_with_unchecked_passes_counted_apart(
+    board: Dashboard,
+) -> None:
+    old, new = _columns(board)[OLD], _columns(board)[NEW]
+    assert old.tested == 3 and new.tested == 3  # EXCLUDED is not tested
+    assert old.metrics["pass_rate"] == pytest.approx(2 / 3)
+    assert old.metrics["unchecked"] == 1 and new.metrics["unchecked"] == 0
+    assert old.counts["PASS"] == 2 and old.counts["EXCLUDED"] == 1
+    assert new.counts == {**dict.fromkeys(new.counts, 0), "PASS": 2, "FAIL(load)": 1, "EXCLUDED": 1}
+
+
+def test_the_latest_row_of_a_model_counts(board: Dashboard) -> None:
+    new = _columns(board)[NEW]
+    assert new.counts["FAIL(other)"] == 0
+    assert board.figures[NEW]["org/a"].result == "PASS"
+    assert board.figures[NEW]["org/a"].compile_s == 5.0  # not the replaced row's 99 s
+
+
+def test_speedup_is_the_geomean_over_models_of_each_models_geomean(board: Dashboard) -> None:
+    new = _columns(board)[NEW]
+    assert board.figures[NEW]["org/a"].speedup == pytest.approx(4.0)  # sqrt(2 * 8)
+    assert new.metrics["speedup"] == pytest.approx(2.0)  # sqrt(4 * 1): org/a and org/b
+    assert new.models["speedup"] == 2
+    gsd = math.exp(math.sqrt(((math.log(4) - math.log(2)) ** 2 + (0 - math.log(2)) ** 2) / 1))
+    assert new.speedup_spread == {"gsd": pytest.approx(gsd), "min": 1.0, "max": 4.0}
+
+
+def test_figures_with_a_too_wide_interval_are_left_out_and_counted(board: Dashboard) -> None:
+    new = _columns(board)[NEW]
+    assert new.left_out == 1
+    assert board.figures[NEW]["org/c"].speedup is None
+    assert board.figures[NEW]["org/c"].left_out == 1
+    assert "[2 models, 1 left out]" in dict(_lines(board))["speedup (geomean)"][2]
+
+
+def test_a_failed_benchmark_gives_no_figure(board: Dashboard) -> None:
+    assert "org/e" not in board.figures[NEW]  # no support row, and a failed benchmark
+    assert _columns(board)[NEW].models == {"speedup": 2, "compile": 2, "memory_ratio": 2}
+
+
+def test_compile_time_of_the_support_row_else_of_its_benchmarks(board: Dashboard) -> None:
+    new, old = _columns(board)[NEW], _columns(board)[OLD]
+    a, b = board.figures[NEW]["org/a"], board.figures[NEW]["org/b"]
+    assert (a.compile_s, a.compile_from) == (5.0, "support")  # not its benchmark's 50 s
+    assert (b.compile_s, b.compile_from) == (7.0, "perf")
+    assert new.metrics["compile_mean_s"] == pytest.approx(6.0)
+    assert new.metrics["compile_p90_s"] == pytest.approx(5 + 0.9 * 2)
+    assert old.metrics["compile_mean_s"] == 10.0 and old.models["compile"] == 1
+    assert new.changes["compile_mean_s"] == pytest.approx(-4.0)
+
+
+def test_memory_ratio_where_both_peaks_are_recorded_else_none(board: Dashboard) -> None:
+    new, old = _columns(board)[NEW], _columns(board)[OLD]
+    # org/a: 2/1 and 3/1.5 (2x); org/b: 1/2 (0.5x); over the models: sqrt(2 * 0.5)
+    assert new.metrics["memory_ratio"] == pytest.approx(1.0)
+    assert old.metrics["memory_ratio"] is None  # an older file without the peak columns
+    assert new.changes["memory_ratio"] is None
+
+
+def test_graph_breaks_are_totalled_and_a_pair_without_any_has_none(board: Dashboard) -> None:
+    columns = _columns(board)
+    assert columns[OLD].metrics["graph_breaks"] == 2
+    assert columns[NEW].metrics["graph_breaks"] == 1
+    assert columns[NEW].changes["graph_breaks"] == -1
+    assert columns[EAGER].metrics["graph_breaks"] is None
+
+
+def test_changes_are_signed_against_the_previous_pair(board: Dashboard) -> None:
+    columns = _columns(board)
+    new = columns[NEW]
+    assert new.changes["pass_rate"] == pytest.approx(0.0)
+    assert new.changes["speedup"] == pytest.approx(0.5)
+    assert new.changes["unchecked"] == -1
+    assert new.count_changes["FAIL(gen)"] == -1 and new.count_changes["FAIL(load)"] == 1
+    assert all(value is None for value in columns[EAGER].changes.values())
+    assert all(value is None for value in columns[OLD].count_changes.values())
+
+
+def test_the_worst_models_of_each_metric(board: Dashboard) -> None:
+    worst = _columns(board)[NEW].worst
+    assert [(w.model_id, w.text) for w in worst["pass_rate"]] == [("org/c", "FAIL(load)")]
+    assert [w.model_id for w in worst["speedup"]] == ["org/b", "org/a"]  # slowest first
+    assert [w.model_id for w in worst["compile_mean_s"]] == ["org/b", "org/a"]  # longest first
+    assert next((w.model_id, w.text) for w in worst["memory_ratio"]) == ("org/a", "2.00x")
+    assert [(w.model_id, w.text) for w in worst["graph_breaks"]] == [("org/b", "1")]
+
+
+def _lines(board: Dashboard) -> list[tuple[str, tuple[str, ...]]]:
+    return [(line[0], line[1:]) for line in grid(board).cells]
+
+
+def test_the_table_writes_each_figure_and_its_change(board: Dashboard) -> None:
+    table = grid(board)
+    assert table.header == ("", EAGER, OLD, NEW)
+    lines = dict(_lines(board))
+    assert lines["vs"] == ("-", "-", OLD)
+    assert lines["pass rate"] == ("100.0%", "66.7%", "66.7% (+0.0 pp)")
+    assert lines["PASS unchecked"][1:] == ("1", "0 (-1)")
+    assert lines["FAIL(load)"] == ("0", "0", "1 (+1)")
+    assert lines["compile time (mean)"] == ("-", "10.00 s", "6.00 s (-4.00 s)")
+    assert lines["speedup (geomean)"][1] == "1.50x [1 model]"
+    assert lines["speedup (geomean)"][2].endswith("(+0.50x)")
+    assert lines["peak memory compiled/eager"] == ("-", "-", "1.00x")
+
+
+def test_a_pair_with_only_performance_rows_has_a_column(tmp_path: Path) -> None:
+    with Journal(tmp_path) as journal:
+        journal.append(
+            "neuron-2.1.0/transformers-5.24.0.parquet",
+            _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=3.0),
+            PERF,
+        )
+    assert merge_journals(tmp_path).ok
+    (column,) = dashboard(tmp_path).columns
+    assert column.pair == "neuron-2.1.0 / transformers-5.24.0"
+    assert column.tested == 0 and column.metrics["pass_rate"] is None
+    assert column.metrics["speedup"] == pytest.approx(3.0)
+
+
+def test_figures_that_are_not_numbers_make_no_figure(tmp_path: Path) -> None:
+    pair = "inductor-2.13.0/transformers-5.24.0.parquet"
+    with Journal(tmp_path) as journal:
+        for row in (
+            _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=float("nan"), compile_s=None),
+            _perf_row("org/b", "b1-s128-dp1", speedup_vs_eager=0.0, peak_gb=1.0, eager_peak_gb=0.0),
+        ):
+            journal.append(pair, row, PERF)
+    assert merge_journals(tmp_path).ok
+    (column,) = dashboard(tmp_path).columns
+    assert column.models == {"speedup": 0, "compile": 0, "memory_ratio": 0}
+    assert column.metrics["speedup"] is None and column.metrics["memory_ratio"] is None
+    assert column.speedup_spread == {"gsd": None, "min": None, "max": None}
+
+
+def test_no_dataset_gives_no_column_and_says_so(tmp_path: Path) -> None:
+    assert dashboard(tmp_path).columns == ()
+    assert dashboard_report(tmp_path).startswith("no results under")
+    assert json.loads(dashboard_report(tmp_path, "json")) == []
+
+
+def test_history_of_a_model_across_pairs_in_order(board: Dashboard) -> None:
+    got = history(board)["org/a"]
+    assert [(h["pair"], h["result"], h["compile_s"]) for h in got] == [
+        (EAGER, "PASS", None),
+        (OLD, "PASS", 10.0),
+        (NEW, "PASS", 5.0),
+    ]
+    assert [h["speedup"] for h in got][1:] == [pytest.approx(1.5), pytest.approx(4.0)]
+    assert [h["unchecked"] for h in history(board)["org/c"]] == [True, False]
+
+
+def test_the_pages_tab_links_the_worst_models_and_plots_each_metric(board: Dashboard) -> None:
+    shown = page_dashboard(board, {(NEW, "org/c"): 7})
+    assert shown["header"] == grid(board).header
+    pass_rate = next(line for line in shown["lines"] if line["cells"][0] == "pass rate")
+    points = pass_rate["plot"]["points"]
+    assert [p["title"] for p in points] == [f"{EAGER}: 100.0%", f"{OLD}: 66.7%", f"{NEW}: 66.7%"]
+    assert points[0]["y"] < points[1]["y"] == points[2]["y"]  # higher is up
+    memory = next(line for line in shown["lines"] if line["cells"][0].startswith("peak memory"))
+    assert len(memory["plot"]["points"]) == 1  # pairs without a figure have no point
+    new = next(entry for entry in shown["worst"] if entry["pair"] == NEW)
+    failed = new["metrics"][0]
+    assert failed["name"] == "pass rate"
+    assert failed["models"] == [{"model_id": "org/c", "text": "FAIL(load)", "index": 7}]
+    assert new["metrics"][1]["models"][0]["index"] is None  # no such row on the page
+
+
+def test_the_json_is_every_column(results: Path, board: Dashboard) -> None:
+    columns = json.loads(dashboard_report(results, "json"))
+    assert [c["pair"] for c in columns] == [EAGER, OLD, NEW]
+    assert columns[2]["metrics"]["speedup"] == pytest.approx(2.0)
+    assert columns[2]["left_out"] == 1
+    assert columns[2]["worst"]["pass_rate"] == [{"model_id": "org/c", "text": "FAIL(load)"}]
+
+
+def test_the_command_prints_the_table_and_the_worst_models(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["dashboard", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert out == dashboard_report(results)
+    assert out.splitlines()[0].split() == [
+        "aot_eager-2.13.0",
+        "/",
+        "transformers-5.24.0",
+        "inductor-2.9.1",
+        "/",
+        "transformers-5.24.0",
+        "inductor-2.13.0",
+        "/",
+        "transformers-5.24.0",
+    ]
+    assert f"{NEW}\n  pass rate: org/c FAIL(load)\n" in out
+    assert cli_main(["dashboard", "--results", str(results), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3
+
+
+def test_the_command_without_a_dataset_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["dashboard", "--results", str(tmp_path / "none")]) == 2
+    assert "no results dataset at" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("s3")
+def test_the_command_reads_a_dataset_on_s3_through_its_local_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset on S3 (moto's server on the loopback, tests/test_shared.py's fixture): its
+    support and performance rows are pulled into the cache's copy, then read as a folder's."""
+    uri = f"s3://{BUCKET}/dashboard"
+    shared = SharedResults(uri)
+    support = [result_row("org/a", compile_s=5.0), result_row("org/c", "FAIL(load)")]
+    for number, row in enumerate(support):
+        shared.publish("sweep", number, pair_of(row), row)
+    bench = _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=2.0)
+    shared.publish("bench", 0, pair_of(support[0]), bench, PERF)
+    assert not shared.merge().problems
+    monkeypatch.setenv("NEURONSUPPORT_CACHE", str(tmp_path / "cache"))
+    assert cli_main(["dashboard", "--results", uri]) == 0
+    out = capsys.readouterr().out
+    (column,) = dashboard(settings.shared_copy(tmp_path / "cache", uri)).columns
+    assert column.pair == NEW and column.metrics["speedup"] == 2.0
+    assert column.metrics["pass_rate"] == 0.5 and column.metrics["compile_mean_s"] == 5.0
+    assert out.splitlines()[0].split() == ["inductor-2.13.0", "/", "transformers-5.24.0"]
