@@ -8,16 +8,18 @@ session exits non-zero. A model's own failures (its repo missing, gated, a revis
 not faults: they stay ``FAIL(load)`` rows.
 
 One name for the idea: the plan's ``Plan.fault``, the mode's ``ModeOutcome.fault``, this
-module's :class:`Fault` and :func:`of`, which tells whether an exception is one.
+module's :class:`Fault`, :func:`of`, which tells whether an exception is one, and
+:func:`in_run`, whether a run's row says one (its disk full, the Hub failing its download).
 """
 
 from __future__ import annotations
 
 import errno
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
-__all__ = ["DISK_FULL", "Fault", "in_run_error", "of"]
+__all__ = ["DISK_FULL", "Fault", "in_run", "of"]
 
 #: The errors of a full disk (or quota), as ``OSError.errno`` says them.
 DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -42,10 +44,24 @@ def of(exc: BaseException) -> Fault | None:
 _RUN_DISK_FULL: Final = re.compile(
     r"\[Errno (?:28|122)\] (?:No space left on device|Disk quota exceeded)[^\n]*"
 )
+#: What a run's failed load says when the Hub failed it mid-download: an answer 5xx, a timeout
+#: or a lost connection of the client (httpx's, or its fork httpx2's, through huggingface_hub).
+_RUN_HUB_FAILED: Final = re.compile(
+    r"Server error '5\d\d [^'\n]*' for url '[^'\n]*'|\b5\d\d Server Error\b[^\n]*"
+    r"|\b(?:ReadTimeout|ConnectTimeout|ConnectError|RemoteProtocolError)\b: [^\n]*"
+)
 
 
-def in_run_error(error: object) -> Fault | None:
-    """The fault a run's ``error`` (its traceback's text, from ``run.py``) names: a full disk
-    while it downloaded or wrote; None when it names none."""
-    found = _RUN_DISK_FULL.search(error) if isinstance(error, str) else None
-    return None if found is None else Fault(f"the disk is full (in the run): {found.group(0)}")
+def in_run(row: Mapping[str, Any]) -> Fault | None:
+    """The fault a run's row says in its ``error`` (its traceback's text, from ``run.py``): a
+    full disk while it downloaded or wrote, or, for a failed load (``FAIL(load)``), the Hub
+    failing the download (5xx, a timeout, the connection lost); None when it says none."""
+    error = row.get("error")
+    if not isinstance(error, str):
+        return None
+    if (full := _RUN_DISK_FULL.search(error)) is not None:
+        return Fault(f"the disk is full (in the run): {full.group(0)}")
+    failed = _RUN_HUB_FAILED.search(error) if row.get("result") == "FAIL(load)" else None
+    return (
+        None if failed is None else Fault(f"the Hub failed the run's download: {failed.group(0)}")
+    )

@@ -39,15 +39,26 @@ def test_a_full_disk_is_a_fault_naming_the_file_and_other_errors_are_not() -> No
     assert faults.of(same) is same
 
 
-def test_a_runs_traceback_naming_a_full_disk_is_a_fault() -> None:
-    error = "Traceback ...\nOSError: [Errno 28] No space left on device: '/cache/blobs/ab'\n"
-    fault = faults.in_run_error(error)
-    assert fault is not None
+def test_a_runs_traceback_naming_a_full_disk_or_the_hub_failing_its_load_is_a_fault() -> None:
+    full = "Traceback ...\nOSError: [Errno 28] No space left on device: '/cache/blobs/ab'\n"
+    fault = faults.in_run({"result": "FAIL(compile)", "error": full})
     assert str(fault) == (
         "the disk is full (in the run): [Errno 28] No space left on device: '/cache/blobs/ab'"
     )
-    assert faults.in_run_error("RuntimeError: shapes differ") is None
-    assert faults.in_run_error(None) is None
+    served = "HfHubHTTPError: Server error '503 Service Unavailable' for url 'http://h/o/m'\n"
+    fault = faults.in_run({"result": "FAIL(load)", "error": served})
+    assert str(fault) == (
+        "the Hub failed the run's download: "
+        "Server error '503 Service Unavailable' for url 'http://h/o/m'"
+    )
+    timed_out = "Traceback ...\nhttpx2.ReadTimeout: timed out\n"
+    assert faults.in_run({"result": "FAIL(load)", "error": timed_out}) is not None
+    # the model's own failures are not faults
+    missing = "RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: x"
+    assert faults.in_run({"result": "FAIL(load)", "error": missing}) is None
+    assert faults.in_run({"result": "FAIL(compile)", "error": served}) is None  # not a load
+    assert faults.in_run({"result": "FAIL(compile)", "error": "RuntimeError: shapes"}) is None
+    assert faults.in_run({"result": "PASS", "error": None}) is None
 
 
 def test_the_hub_answering_5xx_is_a_fault_and_a_missing_repo_is_the_models(

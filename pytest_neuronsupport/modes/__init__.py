@@ -253,9 +253,9 @@ def test(
         recorded_rows = [decided(mode, sweep, spec, row) for row in rows]
     except faults.Fault as met:  # a hook met the disk full, say
         return ModeOutcome(name, spec.id, fault=str(met))
-    ran_into = [faults.in_run_error(row.get("error")) for row in recorded_rows]
-    if (in_run := next((f for f in ran_into if f is not None), None)) is not None:
-        return ModeOutcome(name, spec.id, fault=str(in_run))  # the run's disk filled up
+    ran_into = [fault for row in recorded_rows if (fault := faults.in_run(row)) is not None]
+    if ran_into:  # the run's disk filled up, the Hub failed its download
+        return ModeOutcome(name, spec.id, fault=str(ran_into[0]))
     run_py = None if script is None else str(script.path)
     return ModeOutcome(name, spec.id, recorded_rows, run_py=run_py)
 
