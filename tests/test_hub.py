@@ -192,9 +192,20 @@ def test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions(
     listed = select("--out", "models.toml", "--top", "5", cwd=sweep.path)
     assert listed.returncode == 0, listed.stderr
     path = sweep.path / "models.toml"
-    done = sweep.run(*list_entries(path), args=["--neuron-limit", "2", "--neuron-judge", "none"])
+    bounded = ["--neuron-hub-cache-max", "0.0005"]  # 0.5 MB: every checkpoint done goes
+    args = ["--neuron-limit", "2", "--neuron-judge", "none", *bounded]
+    done = sweep.run(*list_entries(path), args=args)
     # --neuron-limit 2 runs two; the excluded entry costs nothing and is recorded all the same
     done.result.assert_outcomes(passed=2, skipped=1)
+    done.result.stdout.fnmatch_lines(
+        [
+            "hub cache: evicted 2 checkpoints, * --neuron-hub-cache-max 0.0005 GB: "
+            "org/llama, org/bert"
+        ]
+    )
+    from huggingface_hub import scan_cache_dir
+
+    assert not {r.repo_id for r in scan_cache_dir().repos} & {"org/llama", "org/bert"}
     llama_row, bert_row = done.row("org/llama"), done.row("org/bert")
     assert (llama_row["result"], llama_row["revision"], llama_row["selection_rank"]) == (
         "PASS",
