@@ -15,8 +15,9 @@ results. Without xdist the one process does both.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from pytest_neuronsupport import baseline, collect, hub, modes, report, shards, 
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
+from pytest_neuronsupport.dataset.layout import SHARDS, phases_dir, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
 from pytest_neuronsupport.dataset.results import Results, ResultsError, open_results
 from pytest_neuronsupport.dataset.schema import SUPPORT
@@ -36,7 +37,13 @@ from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.pipeline.sweep import Sweep
-from pytest_neuronsupport.progress import Progress, recorded_costs
+from pytest_neuronsupport.progress import (
+    Progress,
+    Ticker,
+    read_running,
+    recorded_costs,
+    terminal_writer,
+)
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
@@ -129,6 +136,7 @@ class SweepSession:
     #: The unchecked PASS models that fail the session (``--neuron-require-check``).
     unchecked_failing: list[str] = field(default_factory=list)
     progress: Progress | None = None
+    ticker: Ticker | None = None
 
     @cached_property
     def sweep(self) -> Sweep:
@@ -155,6 +163,14 @@ class SweepSession:
         """Recover the rows of killed sweeps, and open this sweep's journal (controller only)."""
         if self.controller:
             self.start()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """While a model's test runs, its phase file says what it does (for the status)."""
+        if isinstance(item, ModelItem):
+            with self.sweep.phases.running(item.name):
+                return (yield)
+        return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -203,6 +219,7 @@ class SweepSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Merge this sweep's journal into the results, then hold the sweep against the
         baseline (controller only)."""
+        self.stop_progress()
         if self.controller and self.journal is not None:
             self.finish(session)
 
@@ -249,9 +266,11 @@ class SweepSession:
         outcomes: list[ModeOutcome],
         properties: list[tuple[str, object]],
     ) -> None:
-        """Put a model's outcomes on its report, and hold its support row against the
-        baseline."""
+        """Put a model's outcomes on its report (a skipped one's reason names the model), and
+        hold its support row against the baseline."""
         setattr(rep, OUTCOMES_ATTRIBUTE, [outcome.to_dict() for outcome in outcomes])
+        if rep.skipped and isinstance(rep.longrepr, tuple):  # named by its model, not a line
+            rep.longrepr = (rep.nodeid, None, rep.longrepr[2])  # type: ignore[assignment]
         for outcome in outcomes:
             if outcome.table == SUPPORT.name and outcome.rows:
                 self.hold_against_baseline(rep, outcome.rows[0], properties)
@@ -418,7 +437,26 @@ class SweepSession:
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
     def start_progress(self, models: list[str]) -> None:
+        """Count the sweep's models; with a line per model, the status ticks from now on."""
         self.progress = Progress(models, self.costs(models))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or not self.lines_per_model or self.ticker is not None:
+            return
+        tr._show_progress_info = False  # pytest's own [ 50%] would fight the status
+        tr.flush()
+        write = terminal_writer(tr._tw._file)  # not fd 1: pytest captures it while tests run
+        folder = phases_dir(self.settings.results, self.sweep_id)
+        running = partial(read_running, folder)
+        self.ticker = Ticker(self.progress, running, write, bool(tr.isatty()), tr._tw.fullwidth)
+        self.ticker.start()
+
+    def stop_progress(self) -> None:
+        """The status stops; the sweep's phase files go (the controller's, at its end)."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        if self.controller:
+            shutil.rmtree(phases_dir(self.settings.results, self.sweep_id), ignore_errors=True)
 
     def show_progress(
         self, model_id: str, outcomes: list[ModeOutcome], rep: pytest.TestReport
@@ -431,18 +469,12 @@ class SweepSession:
         line, result, wall_s = report.model_line(model_id, outcomes, rep)
         self.progress.finished(model_id, result, wall_s)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is None or not self.lines_per_model:
+        if tr is None or self.ticker is None:
             return
-        status = self.progress.status_line()
-        if tr.isatty():
-            tr.rewrite(line, erase=True)
-            tr.write("\n")
-            tr.write(status, flush=True)
+        tr.flush()
+        self.ticker.finished(line)
+        if self.ticker.tty:
             tr.currentfspath = -2  # the next write of pytest's starts a new line
-        else:
-            tr.write_line(line)
-            if self.progress.milestone():
-                tr.write_line(status)
 
 
 def report_status(

@@ -111,7 +111,7 @@ def test_a_model_whose_run_py_has_not_changed_is_not_run_again(reruns: dict[str,
     again.result.stdout.fnmatch_lines(
         [
             "*1 PASS; 2 unchanged (not run again)*",
-            "SKIPPED *models.toml:1: unchanged since *(PASS); --neuron-rerun runs it again",
+            "SKIPPED *::zoo:llama: unchanged since *(PASS); --neuron-rerun runs it again",
         ]
     )
     assert again.row("zoo:llama") == first.row("zoo:llama")  # untouched

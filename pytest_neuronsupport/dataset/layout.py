@@ -17,6 +17,8 @@ __all__ = [
     "pair_dirname",
     "pair_path",
     "pair_relpath",
+    "phase_file",
+    "phases_dir",
     "run_dir",
     "run_dirname",
     "run_py_path",
@@ -217,3 +219,13 @@ def sweeps_dir(results_dir: Path) -> Path:
 def unpublished_dir(results_dir: Path) -> Path:
     """``<copy>/unpublished``: rows a sweep could not publish to its object store."""
     return Path(results_dir) / UNPUBLISHED
+
+
+def phases_dir(results_dir: Path, sweep_id: str) -> Path:
+    """``<results>/.sweeps/<sweep-id>``: a file per model running now in the sweep, its phase."""
+    return sweeps_dir(results_dir) / _safe_component("sweep id", sweep_id)
+
+
+def phase_file(results_dir: Path, sweep_id: str, model_id: str) -> Path:
+    """``<results>/.sweeps/<sweep-id>/<run_dirname(model_id)>``: what the model runs now."""
+    return phases_dir(results_dir, sweep_id) / run_dirname(model_id)

@@ -216,7 +216,8 @@ class Bench:
             "run_py": text,
             "run_py_sha256": sha256(text),
         }
-        outcome = execute(sweep, text, folder / "bench.py", config.replicas, spec.packages)
+        script = folder / "bench.py"
+        outcome = execute(sweep, text, script, config.replicas, spec.packages, config.key)
         verdict = outcome.verdict
         if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
             ran = classify.ran(outcome)
@@ -283,11 +284,17 @@ def figures(
 
 
 def execute(
-    sweep: Sweep, text: str, script: Path, cores: int, needs: tuple[str, ...] = ()
+    sweep: Sweep,
+    text: str,
+    script: Path,
+    cores: int,
+    needs: tuple[str, ...] = (),
+    key: str = "",
 ) -> Outcome:
-    """Write a benchmark script and run it isolated on ``cores`` leased cores."""
+    """Write a benchmark script and run it isolated on ``cores`` leased cores (``key``: its
+    configuration, for the status)."""
     s = sweep.settings
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text, encoding="utf-8")
     overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
-    return sweep.run_isolated(script, cores, overlay)
+    return sweep.run_isolated(script, cores, overlay, step=f"bench {key}".strip())
