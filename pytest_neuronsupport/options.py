@@ -166,6 +166,14 @@ OPTIONS: tuple[Option, ...] = (
         "GB",
         kind="float",
     ),
+    Option(
+        "hub-cache-max",
+        "keep the Hub's cache within this size: the checkpoints this sweep downloaded are "
+        "evicted after their model's runs, least recently used first (never a model still to "
+        "run, nor the judge)",
+        "GB",
+        kind="float",
+    ),
     Option("max-cores", "largest number of cores a model may get", "N", kind="int", default=16),
     Option(
         "core-memory",

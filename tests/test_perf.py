@@ -271,7 +271,10 @@ def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
     assert cells[:3] == ("zoo:bert", "b1-s128-dp1", "123.46 ±1.5!~")
     assert dict(zip(grid.header, cells, strict=True))["vs eager"] == "2.00x [1.90-2.10]"
     assert entry.failed == (("zoo:t5", "-", "EXCLUDED", ""),)
-    assert perf_report(tmp_path)[2:4] == grid.lines()
+    assert perf_report(tmp_path, width=1000)[2:4] == grid.lines()
+    wrapped = grid.lines(100)  # the report's default width: the same cells, in blocks
+    assert perf_report(tmp_path)[2 : 2 + len(wrapped)] == wrapped
+    assert max(len(line) for line in wrapped) <= 100 < max(len(line) for line in grid.lines())
 
 
 @pytest.mark.slow
@@ -338,3 +341,21 @@ def test_documented_peaks_of_a_known_instance_else_none() -> None:
     assert documented("trn1.32xlarge", "float32") is not None
     assert documented(None, "bfloat16") is None  # unknown: measured instead
     assert documented("inf2.xlarge", "bfloat16") is None
+
+
+def test_a_table_wider_than_the_terminal_wraps_into_blocks_that_fit() -> None:
+    from pytest_neuronsupport.views.perf import Grid
+
+    grid = Grid(
+        "t", ("Model", "Config", "A" * 30, "B" * 30, "C" * 30), (("m", "b1", "1", "2", "3"),)
+    )
+    assert grid.lines() == grid.lines(200)  # it fits: one block, as before
+    wrapped = grid.lines(80)
+    assert max(len(line) for line in wrapped) <= 80
+    assert wrapped == [
+        f"Model  Config  {'A' * 30}  {'B' * 30}",
+        "m      b1      1" + " " * 31 + "2",
+        "",
+        f"Model  Config  {'C' * 30}",
+        "m      b1      3",
+    ]
