@@ -165,6 +165,9 @@ def model_line(
     by its first mode's row, else why nothing ran; then what the modes after it recorded
     (``perf: 2 PASS``: a benchmark ran, the support run unchanged or not)."""
     first = outcomes[0] if outcomes else None
+    fault = next((o.fault for o in outcomes if o.fault is not None), None)
+    if fault is not None:  # the environment's, not the model's: no row
+        return f"{'ERROR':<13} {model_id}  (not tested: {fault})", "ERROR", None
     row = first.rows[0] if first is not None and first.rows else None
     later = [o for o in outcomes[1:] if o.rows]
     then = [f"{o.table}: {counts_line(o.rows)}" for o in later]
@@ -203,6 +206,8 @@ class SummaryFacts:
     shard: str | None
     tables: list[TableFacts]
     problems: list[str] = field(default_factory=list)
+    #: Lines of what the sweep did beside its rows (the Hub cache's evictions).
+    notes: list[str] = field(default_factory=list)
     baseline: Path | str | None = None
     comparison: Comparison | None = None
     #: The pair the sweep wrote, as a baseline names it.
@@ -237,6 +242,8 @@ def write_summary(tr: Any, facts: SummaryFacts) -> None:
             tr.write_line(line)
     if not facts.tables:
         tr.write_line(counts_line([]))
+    for note in facts.notes:
+        tr.write_line(note)
     for problem in facts.problems:
         tr.write_line(f"problem: {problem}", yellow=True)
     if facts.unchecked_failing:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, collect, modes, report, shards, xdist
+from pytest_neuronsupport import baseline, collect, hub, modes, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
@@ -48,6 +48,9 @@ from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
+#: What the session does not keep of a recorded row (the journal and the dataset have it; the
+#: summary, the baseline and the progress never read it): the scripts' text, the raw timings.
+UNKEPT = frozenset({"run_py", "repro_py", "timings"})
 #: The report attribute that carries a model's outcomes, one per mode (plain types).
 OUTCOMES_ATTRIBUTE = xdist.OUTCOMES_ATTRIBUTE
 
@@ -124,6 +127,10 @@ class SweepSession:
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: Models done, whose Hub checkpoints may be evicted, and those evicted (repo id, bytes):
+    #: ``--neuron-hub-cache-max``.
+    hub_done: set[str] = field(default_factory=set)
+    evicted: list[tuple[str, int]] = field(default_factory=list)
     #: Pair files a merge could not read (their rows wait in the journal).
     unreadable: set[Path] = field(default_factory=set)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
@@ -152,9 +159,7 @@ class SweepSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         """Model list files named by the options become collectors of model items."""
         if file_path.resolve() in self.settings.lists:
-            return ModelListFile.from_parent(
-                parent, path=file_path, sweep=self.sweep, modes=self.modes, listed=self.listed
-            )
+            return ModelListFile.of(parent, file_path, self.sweep, self.modes, self.listed)
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -242,8 +247,9 @@ class SweepSession:
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.sweep.budget.remove()
         self.apply_selection()
-        self.problems.extend(self.store.finish())
-        if self.unreadable and session.exitstatus == pytest.ExitCode.OK:
+        not_shared = self.store.finish()  # rows the shared dataset lacks (kept locally)
+        self.problems.extend(not_shared)
+        if (self.unreadable or not_shared) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows not in the dataset: say so
         if self.settings.require_check:
             self.unchecked_failing = [r["model_id"] for r in report.unchecked_rows(self.covered())]
@@ -310,7 +316,23 @@ class SweepSession:
                 self.store.publish(self.sweep.sweep_id, self.sweep.pair, table, row)
                 if self.journal is not None:
                     self.journal.append(self.sweep.pair, row, table, validated=True)
-                kept.append(row)
+                kept.append({k: v for k, v in row.items() if k not in UNKEPT})
+        self.bound_hub_cache(outcomes)  # the model's runs ended: its checkpoint may go
+
+    def bound_hub_cache(self, outcomes: list[ModeOutcome]) -> None:
+        """With ``--neuron-hub-cache-max``: the model's runs ended; evict what the bound asks
+        of the checkpoints of models done (never the judge's)."""
+        if self.settings.hub_cache_max_gb is None or not outcomes:
+            return
+        self.hub_done.add(outcomes[0].model_id)
+        judge = (self.settings.judge or "").partition("@")[0]
+        limit = int(self.settings.hub_cache_max_gb * hub.GB)
+        self.evicted.extend(hub.bound_cache(limit, self.hub_done - {judge}))
+
+    def hub_cache_notes(self) -> list[str]:
+        gb = self.settings.hub_cache_max_gb
+        line = None if gb is None else hub.eviction_line(self.evicted, int(gb * hub.GB))
+        return [] if line is None else [line]
 
     def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:
         """The outcome of a model whose xdist worker died while running it: its first mode's
@@ -399,6 +421,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
+            notes=self.hub_cache_notes(),
             baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),
@@ -463,6 +486,8 @@ def report_status(
     """A model's test status: its first row's result as the word (``XPASS PASS`` when the
     baseline decided), and no letter when each model gets a line of its own."""
     first = outcomes[0] if outcomes else None
+    if any(outcome.fault is not None for outcome in outcomes):  # the environment's: an error
+        return "error", "" if lines_per_model else "E", "ERROR"
     if first is None or not first.rows:
         return (rep.outcome, "", rep.outcome.upper()) if lines_per_model else None
     word = str(first.rows[0]["result"])

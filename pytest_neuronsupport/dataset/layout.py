@@ -47,7 +47,11 @@ SWEEPS: Final = ".sweeps"
 PUBLISHED: Final = "published"
 """On object storage: the rows each shard published, ``<prefix>/published/<sweep>/<n>.json``."""
 
-RESERVED: Final = frozenset({JOURNAL, RUNS, SHARDS, SWEEPS, PUBLISHED})
+UNPUBLISHED: Final = "unpublished"
+"""In a shared dataset's local copy: the rows a sweep could not publish (the object store down),
+``<copy>/unpublished/<sweep>.jsonl``; the next sweep into the same dataset publishes them."""
+
+RESERVED: Final = frozenset({JOURNAL, RUNS, SHARDS, SWEEPS, PUBLISHED, UNPUBLISHED})
 """Folders of the results that are not a table's."""
 
 _SAFE_CHAR: Final = re.compile(r"[^A-Za-z0-9._+-]")
@@ -210,6 +214,11 @@ def shards_dir(results_dir: Path) -> Path:
 def sweeps_dir(results_dir: Path) -> Path:
     """``<results>/.sweeps``: each sweep's ``--neuron-limit`` count."""
     return Path(results_dir) / SWEEPS
+
+
+def unpublished_dir(results_dir: Path) -> Path:
+    """``<copy>/unpublished``: rows a sweep could not publish to its object store."""
+    return Path(results_dir) / UNPUBLISHED
 
 
 def phases_dir(results_dir: Path, sweep_id: str) -> Path:

@@ -60,8 +60,10 @@ class Sweep:
 
     # --- where rows go ------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def compiler(self) -> tuple[str, str]:
+        """The pair's compiler and its version, read from package metadata once a sweep (every
+        row and lookup asks for it)."""
         return self.settings.device.compiler(self.settings.backend)
 
     @property
