@@ -4,7 +4,8 @@
 file download) before it says anything; a sweep would wait that long per model, twice (its
 config, then its weights in ``run.py``). One request through the client's own session, without
 retries, tells at once, and the error names the endpoint. :func:`bound_cache` keeps the Hub's
-cache within ``--neuron-hub-cache-max``. Before a model's run,
+cache within ``--neuron-hub-cache-max``, or without it within what the disk holds
+(:func:`default_bound`: a floor of free space kept). Before a model's run,
 :func:`check_checkpoint` asks the Hub for its ``config.json`` (a HEAD, through the client): an
 answer 5xx, no answer in time or no connection is an environment fault
 (:class:`HubFault`, a :class:`~pytest_neuronsupport.faults.Fault`), not the model's
@@ -14,6 +15,7 @@ answer 5xx, no answer in time or no connection is an environment fault
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
@@ -25,6 +27,7 @@ __all__ = [
     "bound_cache",
     "check_checkpoint",
     "check_reachable",
+    "default_bound",
     "endpoint",
     "eviction_line",
     "without_hints",
@@ -168,16 +171,58 @@ def bound_cache(
     return evicted
 
 
-def eviction_line(evicted: Sequence[tuple[str, int]], max_bytes: int) -> str | None:
-    """The summary's line of what :func:`bound_cache` evicted over a sweep (None: nothing)."""
+#: Without ``--neuron-hub-cache-max``, the checkpoints of models done are evicted once the
+#: disk holding the Hub's cache has less free than a quarter of its size, at most 25 GB (room
+#: for the next checkpoint of a few billion parameters, on a small disk a quarter of it).
+FREE_FLOOR_GB: Final = 25
+FREE_FLOOR_FRACTION: Final = 0.25
+
+
+def default_bound(cache_dir: str | Path | None = None) -> int | None:
+    """The cache's bound in bytes when the sweep names none: what it holds now and the disk's
+    free space, less the free floor; None while the disk has that floor free (nothing to
+    evict, and no scan of the cache)."""
+    from huggingface_hub import constants, scan_cache_dir
+
+    path = Path(cache_dir or constants.HF_HUB_CACHE)
+    if not path.is_dir():
+        return None
+    usage = shutil.disk_usage(path)
+    if free_floor(usage.total) <= usage.free:
+        return None
+    try:
+        held = scan_cache_dir(path).size_on_disk
+    except Exception:  # a cache being written: next time
+        return None
+    return bound_for(held, usage.free, usage.total)
+
+
+def free_floor(total: int) -> int:
+    """The free space kept on a disk of ``total`` bytes: a quarter of it, at most 25 GB."""
+    return min(FREE_FLOOR_GB * GB, int(total * FREE_FLOOR_FRACTION))
+
+
+def bound_for(held: int, free: int, total: int) -> int:
+    """The cache's bound that leaves the free floor: it may hold what it holds (``held``) and
+    the free space above the floor, and no less than nothing."""
+    return max(0, held + free - free_floor(total))
+
+
+def eviction_line(evicted: Sequence[tuple[str, int]], max_bytes: int | None) -> str | None:
+    """The summary's line of what :func:`bound_cache` evicted over a sweep (None: nothing);
+    ``max_bytes`` None: the default bound evicted them."""
     if not evicted:
         return None
     total = sum(size for _, size in evicted)
     names = ", ".join(repo_id for repo_id, _ in evicted)
     count = f"{len(evicted)} checkpoint{'s' if len(evicted) != 1 else ''}"
-    return (
-        f"hub cache: evicted {count}, {_size(total)}, after their runs to stay within "
-        f"--neuron-hub-cache-max {max_bytes / GB:g} GB: {names}"
+    bound = (
+        f"--neuron-hub-cache-max {max_bytes / GB:g} GB"
+        if max_bytes is not None
+        else f"the disk's free floor (min({FREE_FLOOR_GB} GB, a quarter of the disk))"
+    )
+    return f"hub cache: evicted {count}, {_size(total)}, after their runs to stay within " + (
+        f"{bound}: {names}"
     )
 
 

@@ -170,7 +170,8 @@ OPTIONS: tuple[Option, ...] = (
         "hub-cache-max",
         "keep the Hub's cache within this size: the checkpoints this sweep downloaded are "
         "evicted after their model's runs, least recently used first (never a model still to "
-        "run, nor the judge)",
+        "run, nor the judge); without it, once the disk holding the cache has less free than "
+        "a quarter of its size, at most 25 GB",
         "GB",
         kind="float",
     ),

@@ -320,18 +320,20 @@ class SweepSession:
         self.bound_hub_cache(outcomes)  # the model's runs ended: its checkpoint may go
 
     def bound_hub_cache(self, outcomes: list[ModeOutcome]) -> None:
-        """With ``--neuron-hub-cache-max``: the model's runs ended; evict what the bound asks
-        of the checkpoints of models done (never the judge's)."""
-        if self.settings.hub_cache_max_gb is None or not outcomes:
+        """The model's runs ended: evict what the bound (``--neuron-hub-cache-max``, else
+        :func:`.hub.default_bound`) asks of the checkpoints of models done (never the judge's)."""
+        if not outcomes:
             return
         self.hub_done.add(outcomes[0].model_id)
-        judge = (self.settings.judge or "").partition("@")[0]
-        limit = int(self.settings.hub_cache_max_gb * hub.GB)
-        self.evicted.extend(hub.bound_cache(limit, self.hub_done - {judge}))
+        gb = self.settings.hub_cache_max_gb
+        limit = hub.default_bound() if gb is None else int(gb * hub.GB)
+        if limit is not None:
+            judge = (self.settings.judge or "").partition("@")[0]
+            self.evicted.extend(hub.bound_cache(limit, self.hub_done - {judge}))
 
     def hub_cache_notes(self) -> list[str]:
         gb = self.settings.hub_cache_max_gb
-        line = None if gb is None else hub.eviction_line(self.evicted, int(gb * hub.GB))
+        line = hub.eviction_line(self.evicted, None if gb is None else int(gb * hub.GB))
         return [] if line is None else [line]
 
     def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:

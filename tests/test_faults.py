@@ -186,3 +186,25 @@ def test_the_hub_cache_is_bounded_by_evicting_models_done_least_recently_used_fi
     )
     assert line.endswith("--neuron-hub-cache-max 4 GB: org/a, org/b")
     assert hub.eviction_line([], 4 * hub.GB) is None
+
+
+def test_without_a_bound_the_disk_keeps_a_free_floor() -> None:
+    """``--neuron-hub-cache-max`` not given: the cache may grow while the disk has a quarter
+    of itself free (at most 25 GB); below that floor it is bounded to leave the floor."""
+    gb = hub.GB
+    assert hub.free_floor(64 * gb) == 16 * gb  # a small disk: a quarter
+    assert hub.free_floor(2000 * gb) == 25 * gb  # a large one: 25 GB
+    # 64 GB disk, 10 GB free, cache holds 40 GB: it may hold 40 - (16 - 10) = 34 GB
+    assert hub.bound_for(40 * gb, 10 * gb, 64 * gb) == 34 * gb
+    assert hub.bound_for(2 * gb, 1 * gb, 64 * gb) == 0  # the floor cannot be met: evict all done
+    line = hub.eviction_line([("org/a", 3 * gb)], None)
+    assert line is not None and line.endswith("a quarter of the disk)): org/a")
+
+
+def test_default_bound_scans_nothing_while_the_disk_has_its_floor_free(tmp_path: Path) -> None:
+    import shutil
+
+    usage = shutil.disk_usage(tmp_path)
+    expected = None if usage.free >= hub.free_floor(usage.total) else 0
+    assert hub.default_bound(tmp_path) == expected  # an empty cache: nothing held
+    assert hub.default_bound(tmp_path / "absent") is None

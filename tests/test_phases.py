@@ -4,7 +4,7 @@ Unit tests of the pieces: the plugin's columns made of what a run reports, and t
 reading of the compile cache (Neuron's with a NEFF cache folder made here, standing in for
 TorchNeuron's). What runs report is held in the sweeps that make their rows: every runner's in
 the tiny list's sweep, and the compile cache cold then warm in
-``test_a_warm_compile_cache_serves_the_graphs_and_compiles_faster`` (test_sweep.py).
+``test_a_warm_compile_cache_serves_the_graphs`` (test_sweep.py).
 """
 
 from __future__ import annotations

@@ -130,18 +130,18 @@ def test_a_model_whose_run_py_has_not_changed_is_not_run_again(reruns: dict[str,
 
 
 @RERUNS
-def test_a_warm_compile_cache_serves_the_graphs_and_compiles_faster(
+def test_a_warm_compile_cache_serves_the_graphs(
     reruns: dict[str, Sweep],
 ) -> None:
     """zoo:llama under inductor twice with the folder's compile cache: cold, every graph is
-    compiled; warm, inductor's FX graph cache serves them, and compiling takes less (cold is
-    tens of seconds on this machine, warm a few). Each row's phase times add up to its
-    ``wall_s`` but for a remainder (the moments between phases)."""
+    compiled; warm, inductor's FX graph cache serves them (that compiling then takes less is a
+    measurement, in docs/results.md, not asserted here: no verdict on the machine's speed).
+    Each row's phase times add up to its ``wall_s`` but for a remainder (the moments between
+    phases)."""
     cold, warm = (reruns[name].row("zoo:llama") for name in ("inductor", "warm"))
     assert warm["tested_at"] > cold["tested_at"] and warm["compiler"] == "inductor"
     assert cold["graphs_compiled"] > 0 and cold["graphs_cached"] == 0
     assert warm["graphs_cached"] == cold["graphs_compiled"] and warm["graphs_compiled"] == 0
-    assert warm["compile_s"] < cold["compile_s"]
     for row in (cold, warm):
         assert row["forward_s"] is None and row["generate_s"] > 0 and row["load_s"] > 0
         parts = sum(row[name] for name in PHASE_COLUMNS if row[name] is not None)
