@@ -1,6 +1,6 @@
 """False failures and misses of the output check, as rates measured in one run.
 
-    python benchmarks/verdict_rates.py [--keep DIR] [--backends NAME,...]
+    python benchmarks/verdict_rates.py [--keep DIR] [--backends NAME,...] [--models ID,...]
 
 Sweeps the one-core entries of the bundled tiny list (``model_lists/tiny.toml``) on the CPU,
 offline, once under each backend, and counts the rows whose verdict is ``FAIL(output)``:
@@ -48,9 +48,11 @@ BACKENDS = [
 ]
 
 
-def one_core_list() -> str:
-    """The bundled tiny list without its entries that ask for several cores."""
-    return "".join(f'[[model]]\nid = "{spec.id}"\n\n' for spec in ONE_CORE)
+def one_core_list(models: list[str] | None = None) -> str:
+    """The bundled tiny list without its entries that ask for several cores (those of
+    ``models`` alone, when given)."""
+    chosen = [spec.id for spec in ONE_CORE if models is None or spec.id in models]
+    return "".join(f'[[model]]\nid = "{model}"\n\n' for model in chosen)
 
 
 def sweep(work: Path, backend: str, results: Path) -> list[dict[str, object]]:
@@ -89,17 +91,37 @@ def sweep(work: Path, backend: str, results: Path) -> list[dict[str, object]]:
     return rows
 
 
+def noise_ratio(row: dict[str, object]) -> float | None:
+    """The row's ``error_device / tolerance`` from its ``check.fp64`` (above 1: failed on it);
+    None where float64 did not decide."""
+    numbers = json.loads(str(row.get("check") or "{}")).get("fp64")
+    if not isinstance(numbers, dict):
+        return None
+    return float(numbers["error_device"]) / float(numbers["tolerance"])
+
+
+def format_ratios(ratios: dict[str, float | None]) -> str:
+    """``model ratio`` pairs, the largest first."""
+    known = sorted(((v, k) for k, v in ratios.items() if v is not None), reverse=True)
+    unknown = [k for k, v in ratios.items() if v is None]
+    text = ", ".join(f"{k.removeprefix('zoo:')} {v:.3g}" for v, k in known)
+    return text + (f"; no float64: {', '.join(unknown)}" if unknown else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, default=None, help="work folder to keep")
     parser.add_argument("--backends", default=",".join(name for name, _, _ in BACKENDS))
+    parser.add_argument("--models", default=None, help="model ids, comma-separated (a subset)")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-verdicts-"))
     work.mkdir(parents=True, exist_ok=True)
-    (work / "tiny-one-core.toml").write_text(one_core_list())
+    models = args.models.split(",") if args.models else None
+    (work / "tiny-one-core.toml").write_text(one_core_list(models))
     shutil.copy(ROOT / "tests" / "backends_for_tests.py", work / "backends_for_tests.py")
     chosen = args.backends.split(",")
-    print(f"{len(ONE_CORE)} one-core tiny models on cpu; {os.cpu_count()} cores", flush=True)
+    count = len(models) if models else len(ONE_CORE)
+    print(f"{count} one-core tiny models on cpu; {os.cpu_count()} cores", flush=True)
     print(f"{'backend':<16} {'numbers':<8} {'FAIL(output)':>12} {'other':>6} {'rate':>6} target")
     figures: dict[str, dict[str, object]] = {}
     for name, backend, correct in sorted(
@@ -128,7 +150,10 @@ def main() -> None:
         for row in rows:
             if str(row["model_id"]) in missed:
                 print(f"    {row['model_id']}: {row['result']} {str(row['cpu_match'])[:110]}")
+        ratios = {str(r["model_id"]): noise_ratio(r) for r in rows}
+        print("    error_device / tolerance against float64:", format_ratios(ratios), flush=True)
         figures[name] = {"fail_output": failed, "other": other, "models": len(rows), "rate": rate}
+        figures[name]["noise_ratio"] = ratios
     print(json.dumps(figures))
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -24,6 +24,7 @@ neuronsupport dashboard                      each pair against the previous one,
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -289,7 +290,7 @@ def _select(args: argparse.Namespace) -> int:
     try:
         hub.check_reachable(api.endpoint)
         found = selection.candidates(api, tasks, args.depth)
-    except hub.HubUnreachableError as exc:
+    except hub.HubFault as exc:
         raise CommandError(str(exc)) from None
     except Exception as exc:  # the client raises httpx's, its own and OSError's
         raise CommandError(
@@ -495,10 +496,10 @@ def _train_report(args: argparse.Namespace) -> int:
 
 
 def _perf(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.views.perf import perf_report
+    from pytest_neuronsupport.views.perf import WIDTH, perf_report
 
     results = _read(str(args.results))
-    lines = perf_report(results)
+    lines = perf_report(results, shutil.get_terminal_size((WIDTH, 24)).columns)
     print("\n".join(lines))
     return 0 if not lines[0].startswith("no performance results") else 1
 

@@ -10,6 +10,7 @@ the report.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -49,6 +50,22 @@ class ModelListFile(pytest.File):
         #: The models of the lists collected so far: one listed twice would overwrite its row.
         self.listed = listed
 
+    @classmethod
+    def of(
+        cls,
+        parent: pytest.Collector,
+        path: Path,
+        sweep: Sweep,
+        modes: Sequence[Mode],
+        listed: dict[str, ModelSpec],
+    ) -> ModelListFile:
+        """The collector of the list at ``path``, its node id from :func:`list_nodeid`."""
+        nodeid = list_nodeid(path, parent.config.rootpath)
+        found: ModelListFile = cls.from_parent(
+            parent, path=path, nodeid=nodeid, sweep=sweep, modes=modes, listed=listed
+        )
+        return found
+
     def collect(self) -> Iterator[ModelItem]:
         specs = parse(self.path, runners=self.sweep.runners)
         check_unique(specs, self.listed)
@@ -62,6 +79,16 @@ class ModelListFile(pytest.File):
         if isinstance(excinfo.value, ModelListError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+def list_nodeid(path: Path, rootpath: Path) -> str:
+    """A list file's node id: its path from pytest's rootdir, else (a list outside it, such
+    as a bundled one when pytest runs outside the clone) its absolute path; never the empty
+    id pytest gives a file that is itself a command-line argument outside the rootdir."""
+    try:
+        return path.resolve().relative_to(rootpath.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
 
 
 class ModelItem(pytest.Item):
@@ -84,11 +111,13 @@ class ModelItem(pytest.Item):
             outcome = modes_.test(mode, self.sweep, self.spec, before)
             before[outcome.table] = outcome
             self.outcomes.append(outcome)
+        faulted = next((o for o in self.outcomes if o.fault is not None), None)
+        if faulted is not None and faulted.fault is not None:  # an error, not a verdict
+            raise ModelFailure(report.fault_text(faulted.model_id, faulted.fault))
         first = self.outcomes[0] if self.outcomes else None
-        if first is not None and first.fault is not None:
-            raise ModelFailure(report.fault_text(first.model_id, first.fault))
         if first is None or not first.rows:
-            if first is not None and first.reason is not None:
+            ran_later = any(outcome.rows for outcome in self.outcomes[1:])  # a benchmark...
+            if first is not None and first.reason is not None and not ran_later:
                 skip_model(first.reason)
             return
         row = first.rows[0]

@@ -4,7 +4,9 @@ Three implementations: ``neuron`` (TorchNeuron on Trainium), ``cuda`` and ``cpu`
 (setting the device up, reading peak memory, one core per rank inside ``run.py``) is the pair of
 classes each device names in ``ops`` and ``rank_ops``, in
 :mod:`pytest_neuronsupport.runners.lib.device_ops` (they import torch, which the plugin side does
-not). Nothing else in the package asks which device it is.
+not). Nothing else in the package asks which device it is. What a run's compile cache did
+(:meth:`Device.graphs`) is read here too: inductor's FX graph cache counters, which every run
+reports, and on Neuron the NEFFs its run added to the NEFF cache (:meth:`Device.cache_files`).
 
 Detection is cheap: no torch import unless a CUDA driver is present.
 """
@@ -15,10 +17,11 @@ import glob
 import importlib.util
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 
 def package_version(distribution: str) -> str | None:
@@ -91,6 +94,24 @@ class Device:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
 
+    def cache_files(self, cache_dir: Path) -> frozenset[str]:
+        """The compile cache's files that the plugin counts before and after a run, where the
+        run cannot say what its cache did (none here: inductor's counters say it)."""
+        return frozenset()
+
+    def graphs(self, inductor: Mapping[str, Any], files_added: int) -> dict[str, int | None]:
+        """A run's ``graphs_cached`` and ``graphs_compiled``: the hits of inductor's FX graph
+        cache, and its misses and bypasses (``inductor``: the run's
+        ``torch._dynamo.utils.counters["inductor"]``); null when no graph went through that
+        cache (a backend without one, ``aot_eager``, or nothing compiled)."""
+        cached = int(inductor.get("fxgraph_cache_hit", 0))
+        fresh = int(inductor.get("fxgraph_cache_miss", 0)) + int(
+            inductor.get("fxgraph_cache_bypass", 0)
+        )
+        if not cached and not fresh:
+            return {"graphs_cached": None, "graphs_compiled": None}
+        return {"graphs_cached": cached, "graphs_compiled": fresh}
+
 
 def backend_label(backend: str) -> str:
     """A backend as a folder-safe label: ``tests.backends:perturb`` → ``tests.backends.perturb``."""
@@ -134,6 +155,22 @@ class NeuronDevice(Device):
             "TORCH_NEURONX_NEFF_CACHE_DIR", str(cache_dir / "neff")
         )
         return env
+
+    def cache_files(self, cache_dir: Path) -> frozenset[str]:
+        """The NEFFs of the NEFF cache that every run uses (TorchNeuron writes one per graph it
+        compiles, and reads it instead of compiling again)."""
+        folder = Path(self.run_env(cache_dir)["TORCH_NEURONX_NEFF_CACHE_DIR"])
+        return frozenset(str(p) for p in folder.rglob("*.neff")) if folder.is_dir() else frozenset()
+
+    def graphs(self, inductor: Mapping[str, Any], files_added: int) -> dict[str, int | None]:
+        """Under inductor, its FX graph cache's counts; under the neuron backend, the NEFFs
+        the run added to the NEFF cache as ``graphs_compiled`` (so are those of runs on other
+        cores at the same time), and ``graphs_cached`` null: TorchNeuron does not report its
+        cache's hits to the run."""
+        counted = super().graphs(inductor, files_added)
+        if counted["graphs_compiled"] is not None:
+            return counted
+        return {"graphs_cached": None, "graphs_compiled": files_added}
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,15 @@ OPTIONS: tuple[Option, ...] = (
         "GB",
         kind="float",
     ),
+    Option(
+        "hub-cache-max",
+        "keep the Hub's cache within this size: the checkpoints this sweep downloaded are "
+        "evicted after their model's runs, least recently used first (never a model still to "
+        "run, nor the judge); without it, once the disk holding the cache has less free than "
+        "a quarter of its size, at most 25 GB",
+        "GB",
+        kind="float",
+    ),
     Option("max-cores", "largest number of cores a model may get", "N", kind="int", default=16),
     Option(
         "core-memory",
@@ -263,7 +272,28 @@ OPTIONS: tuple[Option, ...] = (
         default="128/128",
         parse=parse_io,
     ),
-    Option("bench-rounds", "timed rounds per configuration", "N", kind="int", default=10),
+    Option(
+        "bench-rounds",
+        "fewest timed rounds per configuration (compiled, and eager)",
+        "N",
+        kind="int",
+        default=10,
+    ),
+    Option(
+        "bench-min-seconds",
+        "fewest seconds of timed rounds per configuration: rounds go on until both this and "
+        "--neuron-bench-rounds are reached",
+        "SECONDS",
+        kind="float",
+        default=2.0,
+    ),
+    Option(
+        "bench-max-rounds",
+        "most timed rounds per configuration, whatever --neuron-bench-min-seconds asks",
+        "N",
+        kind="int",
+        default=1000,
+    ),
     Option("bench-warmup", "untimed warm-up rounds after compiling", "N", kind="size", default=2),
     Option(
         "bench-replicas",

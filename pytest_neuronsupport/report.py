@@ -162,16 +162,27 @@ def model_line(
     model_id: str, outcomes: Sequence[ModeOutcome], rep: Any
 ) -> tuple[str, str, float | None]:
     """A finished model's line, the result it counts as in the progress, and its wall time:
-    by its first mode's row, else why nothing ran."""
+    by its first mode's row, else why nothing ran; then what the modes after it recorded
+    (``perf: 2 PASS``: a benchmark ran, the support run unchanged or not)."""
     first = outcomes[0] if outcomes else None
+    fault = next((o.fault for o in outcomes if o.fault is not None), None)
+    if fault is not None:  # the environment's, not the model's: no row
+        return f"{'ERROR':<13} {model_id}  (not tested: {fault})", "ERROR", None
     row = first.rows[0] if first is not None and first.rows else None
+    later = [o for o in outcomes[1:] if o.rows]
+    then = [f"{o.table}: {counts_line(o.rows)}" for o in later]
+    later_s = [r["wall_s"] for o in later for r in o.rows if r.get("wall_s") is not None]
     if row is not None:
         more = LINE_FACTS.get(first.table, _no_facts)(row) if first else []
-        return row_line(row, more), str(row["result"]), row.get("wall_s")
+        wall_s = row.get("wall_s")
+        if later_s:
+            wall_s = (wall_s or 0.0) + sum(later_s)
+        return row_line(row, [*more, *then]), str(row["result"]), wall_s
     unchanged = first is not None and first.unchanged
     result = UNCHANGED if unchanged else rep.outcome
     why = "run.py as recorded" if unchanged else skip_reason(rep)
-    return f"{result:<13} {model_id}  ({why})", result, None
+    line = f"{result:<13} {model_id}  ({'; '.join([why, *then])})"
+    return line, result, sum(later_s) if later_s else None
 
 
 @dataclass(frozen=True)
@@ -195,6 +206,8 @@ class SummaryFacts:
     shard: str | None
     tables: list[TableFacts]
     problems: list[str] = field(default_factory=list)
+    #: Lines of what the sweep did beside its rows (the Hub cache's evictions).
+    notes: list[str] = field(default_factory=list)
     baseline: Path | str | None = None
     comparison: Comparison | None = None
     #: The pair the sweep wrote, as a baseline names it.
@@ -205,9 +218,11 @@ class SummaryFacts:
 
 def table_lines(table: TableFacts) -> list[str]:
     """A table's counts (and its models not run again), its failures, and the file it wrote."""
-    line = counts_line(table.rows)
-    if table.unchanged:
-        line += f"; {table.unchanged} unchanged (not run again)"
+    unchanged = f"{table.unchanged} unchanged (not run again)"
+    if not table.rows and table.unchanged:
+        line = unchanged  # "no models run" would hide the other tables' runs
+    else:
+        line = counts_line(table.rows) + (f"; {unchanged}" if table.unchanged else "")
     lines = [line if table.name == SUPPORT.name else f"{table.name}: {line}"]
     lines += failure_lines(table.rows)
     lines += unchecked_lines(table.rows)
@@ -227,6 +242,8 @@ def write_summary(tr: Any, facts: SummaryFacts) -> None:
             tr.write_line(line)
     if not facts.tables:
         tr.write_line(counts_line([]))
+    for note in facts.notes:
+        tr.write_line(note)
     for problem in facts.problems:
         tr.write_line(f"problem: {problem}", yellow=True)
     if facts.unchecked_failing:

@@ -15,18 +15,19 @@ results. Without xdist the one process does both.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, collect, modes, report, shards, xdist
+from pytest_neuronsupport import baseline, collect, hub, modes, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
+from pytest_neuronsupport.dataset.layout import SHARDS, phases_dir, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
 from pytest_neuronsupport.dataset.results import Results, ResultsError, open_results
 from pytest_neuronsupport.dataset.schema import SUPPORT
@@ -36,11 +37,20 @@ from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.pipeline.sweep import Sweep
-from pytest_neuronsupport.progress import Progress, recorded_costs
+from pytest_neuronsupport.progress import (
+    Progress,
+    Ticker,
+    read_running,
+    recorded_costs,
+    terminal_writer,
+)
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
 
+#: What the session does not keep of a recorded row (the journal and the dataset have it; the
+#: summary, the baseline and the progress never read it): the scripts' text, the raw timings.
+UNKEPT = frozenset({"run_py", "repro_py", "timings"})
 #: The report attribute that carries a model's outcomes, one per mode (plain types).
 OUTCOMES_ATTRIBUTE = xdist.OUTCOMES_ATTRIBUTE
 
@@ -117,6 +127,10 @@ class SweepSession:
     journal: Journal | None = None
     listed: dict[str, ModelSpec] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: Models done, whose Hub checkpoints may be evicted, and those evicted (repo id, bytes):
+    #: ``--neuron-hub-cache-max``.
+    hub_done: set[str] = field(default_factory=set)
+    evicted: list[tuple[str, int]] = field(default_factory=list)
     #: Pair files a merge could not read (their rows wait in the journal).
     unreadable: set[Path] = field(default_factory=set)
     #: The expected results (``--neuron-baseline``), and how the sweep stood against them.
@@ -125,6 +139,7 @@ class SweepSession:
     #: The unchecked PASS models that fail the session (``--neuron-require-check``).
     unchecked_failing: list[str] = field(default_factory=list)
     progress: Progress | None = None
+    ticker: Ticker | None = None
 
     @cached_property
     def sweep(self) -> Sweep:
@@ -144,15 +159,21 @@ class SweepSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         """Model list files named by the options become collectors of model items."""
         if file_path.resolve() in self.settings.lists:
-            return ModelListFile.from_parent(
-                parent, path=file_path, sweep=self.sweep, modes=self.modes, listed=self.listed
-            )
+            return ModelListFile.of(parent, file_path, self.sweep, self.modes, self.listed)
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Recover the rows of killed sweeps, and open this sweep's journal (controller only)."""
         if self.controller:
             self.start()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """While a model's test runs, its phase file says what it does (for the status)."""
+        if isinstance(item, ModelItem):
+            with self.sweep.phases.running(item.name):
+                return (yield)
+        return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -201,6 +222,7 @@ class SweepSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Merge this sweep's journal into the results, then hold the sweep against the
         baseline (controller only)."""
+        self.stop_progress()
         if self.controller and self.journal is not None:
             self.finish(session)
 
@@ -225,8 +247,9 @@ class SweepSession:
         self.note_merge(merge_journals(self.settings.results, include=[path]))
         self.sweep.budget.remove()
         self.apply_selection()
-        self.problems.extend(self.store.finish())
-        if self.unreadable and session.exitstatus == pytest.ExitCode.OK:
+        not_shared = self.store.finish()  # rows the shared dataset lacks (kept locally)
+        self.problems.extend(not_shared)
+        if (self.unreadable or not_shared) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows not in the dataset: say so
         if self.settings.require_check:
             self.unchecked_failing = [r["model_id"] for r in report.unchecked_rows(self.covered())]
@@ -246,9 +269,11 @@ class SweepSession:
         outcomes: list[ModeOutcome],
         properties: list[tuple[str, object]],
     ) -> None:
-        """Put a model's outcomes on its report, and hold its support row against the
-        baseline."""
+        """Put a model's outcomes on its report (a skipped one's reason names the model), and
+        hold its support row against the baseline."""
         setattr(rep, OUTCOMES_ATTRIBUTE, [outcome.to_dict() for outcome in outcomes])
+        if rep.skipped and isinstance(rep.longrepr, tuple):  # named by its model, not a line
+            rep.longrepr = (rep.nodeid, None, rep.longrepr[2])  # type: ignore[assignment]
         for outcome in outcomes:
             if outcome.table == SUPPORT.name and outcome.rows:
                 self.hold_against_baseline(rep, outcome.rows[0], properties)
@@ -291,7 +316,25 @@ class SweepSession:
                 self.store.publish(self.sweep.sweep_id, self.sweep.pair, table, row)
                 if self.journal is not None:
                     self.journal.append(self.sweep.pair, row, table, validated=True)
-                kept.append(row)
+                kept.append({k: v for k, v in row.items() if k not in UNKEPT})
+        self.bound_hub_cache(outcomes)  # the model's runs ended: its checkpoint may go
+
+    def bound_hub_cache(self, outcomes: list[ModeOutcome]) -> None:
+        """The model's runs ended: evict what the bound (``--neuron-hub-cache-max``, else
+        :func:`.hub.default_bound`) asks of the checkpoints of models done (never the judge's)."""
+        if not outcomes:
+            return
+        self.hub_done.add(outcomes[0].model_id)
+        gb = self.settings.hub_cache_max_gb
+        limit = hub.default_bound() if gb is None else int(gb * hub.GB)
+        if limit is not None:
+            judge = (self.settings.judge or "").partition("@")[0]
+            self.evicted.extend(hub.bound_cache(limit, self.hub_done - {judge}))
+
+    def hub_cache_notes(self) -> list[str]:
+        gb = self.settings.hub_cache_max_gb
+        line = hub.eviction_line(self.evicted, None if gb is None else int(gb * hub.GB))
+        return [] if line is None else [line]
 
     def crashed(self, nodeid: str, why: str) -> list[dict[str, Any]]:
         """The outcome of a model whose xdist worker died while running it: its first mode's
@@ -380,6 +423,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
+            notes=self.hub_cache_notes(),
             baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),
@@ -398,7 +442,26 @@ class SweepSession:
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
     def start_progress(self, models: list[str]) -> None:
+        """Count the sweep's models; with a line per model, the status ticks from now on."""
         self.progress = Progress(models, self.costs(models))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None or not self.lines_per_model or self.ticker is not None:
+            return
+        tr._show_progress_info = False  # pytest's own [ 50%] would fight the status
+        tr.flush()
+        write = terminal_writer(tr._tw._file)  # not fd 1: pytest captures it while tests run
+        folder = phases_dir(self.settings.results, self.sweep_id)
+        running = partial(read_running, folder)
+        self.ticker = Ticker(self.progress, running, write, bool(tr.isatty()), tr._tw.fullwidth)
+        self.ticker.start()
+
+    def stop_progress(self) -> None:
+        """The status stops; the sweep's phase files go (the controller's, at its end)."""
+        if self.ticker is not None:
+            self.ticker.stop()
+            self.ticker = None
+        if self.controller:
+            shutil.rmtree(phases_dir(self.settings.results, self.sweep_id), ignore_errors=True)
 
     def show_progress(
         self, model_id: str, outcomes: list[ModeOutcome], rep: pytest.TestReport
@@ -411,18 +474,12 @@ class SweepSession:
         line, result, wall_s = report.model_line(model_id, outcomes, rep)
         self.progress.finished(model_id, result, wall_s)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is None or not self.lines_per_model:
+        if tr is None or self.ticker is None:
             return
-        status = self.progress.status_line()
-        if tr.isatty():
-            tr.rewrite(line, erase=True)
-            tr.write("\n")
-            tr.write(status, flush=True)
+        tr.flush()
+        self.ticker.finished(line)
+        if self.ticker.tty:
             tr.currentfspath = -2  # the next write of pytest's starts a new line
-        else:
-            tr.write_line(line)
-            if self.progress.milestone():
-                tr.write_line(status)
 
 
 def report_status(
@@ -431,6 +488,8 @@ def report_status(
     """A model's test status: its first row's result as the word (``XPASS PASS`` when the
     baseline decided), and no letter when each model gets a line of its own."""
     first = outcomes[0] if outcomes else None
+    if any(outcome.fault is not None for outcome in outcomes):  # the environment's: an error
+        return "error", "" if lines_per_model else "E", "ERROR"
     if first is None or not first.rows:
         return (rep.outcome, "", rep.outcome.upper()) if lines_per_model else None
     word = str(first.rows[0]["result"])

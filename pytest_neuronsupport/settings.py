@@ -41,6 +41,8 @@ class Settings:
     minify: bool = declared("minify")
     minify_timeout_s: float = declared("minify-timeout")
     max_memory_gb: float | None = declared("max-memory")
+    #: The Hub cache's bound, in GB (None: none): see :func:`pytest_neuronsupport.hub.bound_cache`.
+    hub_cache_max_gb: float | None = declared("hub-cache-max")
     max_cores: int = declared("max-cores")
     #: Memory of one core for sizing; None: the device's own figure.
     core_memory_gb: float | None = declared("core-memory")
@@ -74,6 +76,8 @@ class Settings:
     bench_seq_len: tuple[int, ...] = declared("bench-seq-len")
     bench_io: tuple[tuple[int, int], ...] = declared("bench-io")
     bench_rounds: int = declared("bench-rounds")
+    bench_min_seconds: float = declared("bench-min-seconds")
+    bench_max_rounds: int = declared("bench-max-rounds")
     bench_warmup: int = declared("bench-warmup")
     bench_replicas: int = declared("bench-replicas")
     #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
@@ -92,6 +96,7 @@ SETTING_OF = {
     "minify-timeout": "minify_timeout_s",
     "max-memory": "max_memory_gb",
     "core-memory": "core_memory_gb",
+    "hub-cache-max": "hub_cache_max_gb",
 }
 
 
@@ -188,6 +193,7 @@ def settings_from(config: pytest.Config) -> Settings:
         minify=get("minify"),
         minify_timeout_s=get("minify-timeout"),
         max_memory_gb=get("max-memory"),
+        hub_cache_max_gb=get("hub-cache-max"),
         max_cores=max_cores,
         core_memory_gb=get("core-memory"),
         prefill_chunk=chunk or None,

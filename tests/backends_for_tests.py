@@ -24,6 +24,14 @@ def refusing_to_compile_backend_for_tests(gm: torch.fx.GraphModule, example_inpu
     raise RuntimeError("test-only backend: refused to compile this graph")
 
 
+def disk_full_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Raises the ``OSError`` of a full disk at compile time, as a compiler writing its cache
+    would (no test can fill the machine's disk)."""
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device", "/cache/compiler/graph.neff")
+
+
 def raising_at_run_time_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:

@@ -108,9 +108,9 @@ HEAVIEST_FIRST = (
     "support",  # 300: the tiny list (the README's sweep), the timeouts' sweeps, the fleet
     "train-search",  # 190: the searches, then twice the cap
     "test_the_commands_of_a_page_run_as_written",  # 150: the pages, two at a time
+    "reruns",  # ~120: 75 measured, then llama's eager sweep became inductor's, cold and warm
     "test_a_sweep_held_against_its_baseline_names_regressions_and_improvements",  # 90
     "test_a_sample_of_the_architectures_gives_the_expected_results",  # 80: 12 built, swept
-    "reruns",  # 75
     "two-core-llama",  # 75
     "raising",  # 62
     "perturbed",  # 56

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from pytest_neuronsupport.runners.lib.compare import (
+    Check,
     compare_hidden,
     compare_predictions,
     compare_scores,
     compare_tokens,
-    near_tie_tolerance,
+    fixed_margin,
 )
 
 BF16_EPS = 2.0**-7
@@ -30,24 +31,30 @@ def scores_with(values: dict[int, float], vocab: int = 8, floor: float = -5.0) -
 
 def test_tolerance_is_four_eps_of_the_dtype_times_the_largest_score() -> None:
     row = scores_with({0: 10.0, 1: -3.0})
-    assert near_tie_tolerance(row, "bfloat16") == pytest.approx(4 * BF16_EPS * 10.0)
-    assert near_tie_tolerance(row, "float16") == pytest.approx(4 * 2.0**-10 * 10.0)
-    assert near_tie_tolerance(row, "float32") == pytest.approx(4 * 2.0**-23 * 10.0)
+    assert fixed_margin(row, 0, 0, "bfloat16")[1] == pytest.approx(4 * BF16_EPS * 10.0)
+    assert fixed_margin(row, 0, 0, "float16")[1] == pytest.approx(4 * 2.0**-10 * 10.0)
+    assert fixed_margin(row, 0, 0, "float32")[1] == pytest.approx(4 * 2.0**-23 * 10.0)
 
 
 def test_tolerance_scale_never_below_one_and_ignores_minus_inf() -> None:
     row = scores_with({0: 0.25, 1: 0.2}, floor=-math.inf)
-    assert near_tie_tolerance(row, "bfloat16") == pytest.approx(4 * BF16_EPS)
+    assert fixed_margin(row, 0, 0, "bfloat16")[1] == pytest.approx(4 * BF16_EPS)
     negative = scores_with({0: -2.0}, floor=-40.0)
-    assert near_tie_tolerance(negative, "bfloat16") == pytest.approx(4 * BF16_EPS * 40.0)
+    assert fixed_margin(negative, 0, 0, "bfloat16")[1] == pytest.approx(4 * BF16_EPS * 40.0)
 
 
 def test_unknown_dtype_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="int8"):
-        near_tie_tolerance(scores_with({0: 1.0}), "int8")
+        fixed_margin(scores_with({0: 1.0}), 0, 0, "int8")[1]
 
 
 # --- decoder tokens ------------------------------------------------------------------------
+
+
+def tokens_check(ref: list[int], scores: torch.Tensor, dev: list[int], dtype: str) -> Check:
+    """The tokens alone, by the fixed rule (no float64 reference, no device scores)."""
+    reference = {"tokens": ref, "scores": scores, "fp64_unavailable": "not in this test"}
+    return compare_tokens(reference, (dev, None), dtype)
 
 
 def decoder_case(margin: float, top: float = 10.0) -> tuple[list[int], torch.Tensor, list[int]]:
@@ -64,7 +71,7 @@ def decoder_case(margin: float, top: float = 10.0) -> tuple[list[int], torch.Ten
 
 def test_equal_tokens_match() -> None:
     ref, scores, _ = decoder_case(1.0)
-    check = compare_tokens(ref, scores, list(ref), "bfloat16")
+    check = tokens_check(ref, scores, list(ref), "bfloat16")
     assert check.passed and check.cpu_match == "Y"
     assert check.first_divergence is None
 
@@ -72,7 +79,7 @@ def test_equal_tokens_match() -> None:
 def test_divergence_exactly_at_tolerance_is_a_near_tie() -> None:
     tolerance = 4 * BF16_EPS * 10.0
     ref, scores, dev = decoder_case(tolerance)
-    check = compare_tokens(ref, scores, dev, "bfloat16")
+    check = tokens_check(ref, scores, dev, "bfloat16")
     assert check.passed
     assert check.cpu_match.startswith("~ near-tie at token 2")
     assert check.first_divergence == 2
@@ -84,7 +91,7 @@ def test_divergence_exactly_at_tolerance_is_a_near_tie() -> None:
 def test_divergence_just_above_tolerance_fails() -> None:
     tolerance = 4 * BF16_EPS * 10.0
     ref, scores, dev = decoder_case(tolerance * 1.01)
-    check = compare_tokens(ref, scores, dev, "bfloat16")
+    check = tokens_check(ref, scores, dev, "bfloat16")
     assert not check.passed
     assert check.cpu_match.startswith("N at token 2")
     assert check.divergence_margin == pytest.approx(tolerance * 1.01)
@@ -92,28 +99,26 @@ def test_divergence_just_above_tolerance_fails() -> None:
 
 def test_same_margin_is_a_near_tie_in_bf16_but_not_in_fp32() -> None:
     ref, scores, dev = decoder_case(0.1)
-    assert compare_tokens(ref, scores, dev, "bfloat16").passed
-    assert not compare_tokens(ref, scores, dev, "float32").passed
+    assert tokens_check(ref, scores, dev, "bfloat16").passed
+    assert not tokens_check(ref, scores, dev, "float32").passed
 
 
 def test_only_the_first_divergence_decides() -> None:
     ref, scores, _ = decoder_case(1e-6)
     # the device also differs later (after the first divergence everything may differ)
-    check = compare_tokens(
-        [*ref, 1, 1], torch.cat([scores, scores[:2]]), [5, 5, 4, 7, 7], "float32"
-    )
+    check = tokens_check([*ref, 1, 1], torch.cat([scores, scores[:2]]), [5, 5, 4, 7, 7], "float32")
     assert check.passed and check.first_divergence == 2
 
 
 def test_device_choosing_a_token_the_cpu_ruled_out_is_never_a_near_tie() -> None:
     steps = torch.stack([scores_with({1: 0.0}, floor=-math.inf)])
-    check = compare_tokens([1], steps, [2], "bfloat16")
+    check = tokens_check([1], steps, [2], "bfloat16")
     assert not check.passed and math.isinf(check.divergence_margin or 0.0)
 
 
 def test_device_stopping_early_fails() -> None:
     ref, scores, _ = decoder_case(1.0)
-    check = compare_tokens(ref, scores, ref[:2], "bfloat16")
+    check = tokens_check(ref, scores, ref[:2], "bfloat16")
     assert not check.passed
     assert "device run stopped early" in check.cpu_match
     assert check.first_divergence == 2

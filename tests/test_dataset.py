@@ -38,6 +38,7 @@ from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.schema import (
     COLUMNS,
     DEVICES,
+    PHASE_COLUMNS,
     SCHEMA,
     row_from_json,
     row_to_json,
@@ -108,6 +109,13 @@ EXPECTED_COLUMNS = (
     "checked_by",
     "architecture",
     "model_type",
+    "load_s",
+    "compile_s",
+    "generate_s",
+    "forward_s",
+    "reference_s",
+    "graphs_cached",
+    "graphs_compiled",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -924,11 +932,10 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     tmp_path: Path,
 ) -> None:
     """The previous version's files end with ``checked_by``: ``architecture`` and
-    ``model_type`` were appended after it, and load as null from those files."""
-    before = pa.schema(
-        [f for f in SCHEMA if f.name not in ("architecture", "model_type")],
-        metadata=SCHEMA.metadata,
-    )
+    ``model_type`` were appended after it, and load as null from those files (so do the
+    phase times and the compile cache's counts, appended after them)."""
+    later = ("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled")
+    before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
     old = tmp_path / "data" / PAIR
     old.parent.mkdir(parents=True)
@@ -938,6 +945,8 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert table.schema.equals(SCHEMA, check_metadata=True)
     assert table.column("architecture").to_pylist() == [None]
     assert table.column("model_type").to_pylist() == [None]
+    assert table.column("compile_s").to_pylist() == [None]
+    assert table.column("graphs_cached").to_pylist() == [None]
     assert table.column("checked_by").to_pylist() == ["cpu"]
     new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
     append_rows(tmp_path, [(PAIR, new)])

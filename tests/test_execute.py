@@ -33,7 +33,7 @@ class Runner(Protocol):
     def __call__(
         self,
         body: str,
-        timeout_s: float = 30.0,
+        timeout_s: float = 300.0,  # wide: a loaded machine starts the fork server slowly
         max_memory_gb: float | None = None,
         cpus: list[int] | None = None,
     ) -> Outcome: ...
@@ -45,7 +45,7 @@ def run(executor: Executor, tmp_path: Path) -> Runner:
 
     def run_body(
         body: str,
-        timeout_s: float = 30.0,
+        timeout_s: float = 300.0,  # wide: a loaded machine starts the fork server slowly
         max_memory_gb: float | None = None,
         cpus: list[int] | None = None,
     ) -> Outcome:

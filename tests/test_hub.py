@@ -192,9 +192,20 @@ def test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions(
     listed = select("--out", "models.toml", "--top", "5", cwd=sweep.path)
     assert listed.returncode == 0, listed.stderr
     path = sweep.path / "models.toml"
-    done = sweep.run(*list_entries(path), args=["--neuron-limit", "2", "--neuron-judge", "none"])
+    bounded = ["--neuron-hub-cache-max", "0.0005"]  # 0.5 MB: every checkpoint done goes
+    args = ["--neuron-limit", "2", "--neuron-judge", "none", *bounded]
+    done = sweep.run(*list_entries(path), args=args)
     # --neuron-limit 2 runs two; the excluded entry costs nothing and is recorded all the same
     done.result.assert_outcomes(passed=2, skipped=1)
+    done.result.stdout.fnmatch_lines(
+        [
+            "hub cache: evicted 2 checkpoints, * --neuron-hub-cache-max 0.0005 GB: "
+            "org/llama, org/bert"
+        ]
+    )
+    from huggingface_hub import scan_cache_dir
+
+    assert not {r.repo_id for r in scan_cache_dir().repos} & {"org/llama", "org/bert"}
     llama_row, bert_row = done.row("org/llama"), done.row("org/bert")
     assert (llama_row["result"], llama_row["revision"], llama_row["selection_rank"]) == (
         "PASS",
@@ -241,16 +252,27 @@ def test_hub_failures_are_fail_load_with_the_reason(
     assert rows["org/gpt2"][0] == "FAIL(load)" and "RevisionNotFoundError" in rows["org/gpt2"][1]
     assert rows["org/gated"][0] == "FAIL(load)" and "GatedRepoError" in rows["org/gated"][1]
 
-    # the Hub down is the environment's fault, not the model's: no row, the test fails
+    # the Hub failing is the environment's fault, not the model's: no row, the test an error
+    hub.fail_with(503)
+    failing = sweep.run("org/gpt2", args=["--neuron-rerun"])
+    assert failing.result.ret == 1
+    failing.result.stdout.fnmatch_lines(
+        [
+            f"org/gpt2: not tested, no row recorded: the Hub at {hub.url} answered 503 for *",
+            "*1 error*",
+        ]
+    )
+    hub.heal()
     monkeypatch.setenv("HF_ENDPOINT", closed := f"http://127.0.0.1:{free_port()}")
     down = sweep.run("org/gpt2", args=["--neuron-rerun"])
-    assert down.result.ret == 1 and down.outcome("org/gpt2") == "failed"
+    assert down.result.ret == 1 and down.outcome("org/gpt2") == "failed"  # junit: a failure
     down.result.stdout.fnmatch_lines(
         [f"org/gpt2: not tested, no row recorded: the Hub at {closed} is unreachable: *"]
     )
-    kept = down.row("org/gpt2")  # the row recorded before stays as it was
-    assert kept["tested_at"] == done.row("org/gpt2")["tested_at"]
-    assert "RevisionNotFoundError" in kept["error"]
+    for after in (failing, down):  # the row recorded before stays as it was
+        kept = after.row("org/gpt2")
+        assert kept["tested_at"] == done.row("org/gpt2")["tested_at"]
+        assert "RevisionNotFoundError" in kept["error"]
 
 
 @pytest.mark.slow

@@ -219,3 +219,14 @@ def test_packages_and_a_decided_exclusion(tmp_path: Path) -> None:
     first, second = parse(path)
     assert first.packages == ("sentencepiece", "tiktoken>=0.7") and first.exclusion is None
     assert second.exclusion == "gated" and second.notes == "gated repository"
+
+
+def test_a_list_outside_the_rootdir_names_its_file_in_the_node_ids(
+    pytester: pytest.Pytester,
+) -> None:
+    """The bundled list when pytest runs outside the clone: ids keep a file part."""
+    result = pytester.runpytest("--neuron-sweep", "--neuron-models", "tiny", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    tiny = (bundled_dir() / "tiny.toml").resolve().as_posix()
+    result.stdout.fnmatch_lines([f"{tiny}::zoo:llama"])
+    assert not [line for line in result.outlines if line.startswith("::")]

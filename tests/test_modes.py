@@ -145,6 +145,29 @@ def test_the_limit_counts_runs_and_exclusions_cost_nothing(tmp_path: Path, zoo_c
     assert not stopped.rows and stopped.reason == "--neuron-limit 1 reached"
 
 
+def test_a_recorded_model_is_unchanged_not_skipped_once_the_limit_is_reached(
+    tmp_path: Path, zoo_cache: Path
+) -> None:
+    """As after a killed sweep whose count was left behind: the budget is spent, yet a model
+    whose script is the one recorded says it is unchanged, not that the limit was reached."""
+
+    class Budgeted(ParamCountModeForTests):
+        budgeted = True
+
+    tables.register(PARAMS)
+    mode = Budgeted()
+    first = modes.test(mode, a_sweep(tmp_path, zoo_cache, limit=1), spec())
+    target = tmp_path / "results" / PARAMS.folder / a_sweep(tmp_path, zoo_cache).pair
+    target.parent.mkdir(parents=True)
+    pq.write_table(_table(first.rows), target)
+    spent = a_sweep(tmp_path, zoo_cache, limit=1)  # the same sweep id: its count is 1 of 1
+    assert spent.budget.exhausted()
+    again = modes.test(mode, spent, spec())
+    assert again.unchanged and (again.reason or "").startswith("unchanged since")
+    other = modes.test(mode, spent, spec("zoo:llama"))
+    assert other.reason == "--neuron-limit 1 reached"
+
+
 def test_a_bug_in_a_mode_costs_the_model_nothing_but_its_verdict(
     tmp_path: Path, zoo_cache: Path
 ) -> None:

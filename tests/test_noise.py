@@ -45,17 +45,22 @@ def decoder(margin: float, noise: float) -> tuple[list[int], torch.Tensor, dict[
     return [5, 5, 3], exact.float().double(), runs
 
 
+def dev(runs: dict[str, Any]) -> tuple[list[int], torch.Tensor]:
+    """The device took 4 at step 2, its scores those of the eager run (within its noise)."""
+    return [5, 5, 4], runs["eager"][1].clone()
+
+
 @pytest.mark.parametrize(("margin", "passed"), [(0.03, True), (0.0301, False)])
 def test_a_decoder_near_tie_is_held_to_k_times_eager_noise_plus_the_floor(
     margin: float, passed: bool
 ) -> None:
     ref, scores, runs = decoder(margin, noise=0.01)
-    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
+    check = compare_tokens({"tokens": ref, "scores": scores, **runs}, dev(runs), "float32")
     assert check.passed is passed
     tolerance = K * 0.01 + FLOOR  # 0.03001: a fixed 4 eps x 10 in fp32 would be 4.8e-6
     assert check.near_tie_tolerance == pytest.approx(tolerance)
     assert check.divergence_margin == pytest.approx(margin)
-    numbers = check.check["fp64"]
+    numbers = check.check["fp64_margin"]
     assert numbers["error_device"] == pytest.approx(margin)
     assert numbers["error_eager"] == pytest.approx(0.01)
     assert numbers["tolerance"] == pytest.approx(tolerance)
@@ -65,8 +70,8 @@ def test_a_decoder_near_tie_is_held_to_k_times_eager_noise_plus_the_floor(
 def test_eager_noise_ignores_a_shift_of_every_score() -> None:
     ref, scores, runs = decoder(1e-4, noise=0.0)
     runs["eager"][1][2] += 0.5  # every score of step 2 moved alike: no choice changes
-    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
-    assert check.check["fp64"]["error_eager"] == pytest.approx(0.0, abs=1e-12)
+    check = compare_tokens({"tokens": ref, "scores": scores, **runs}, dev(runs), "float32")
+    assert check.check["fp64_margin"]["error_eager"] == pytest.approx(0.0, abs=1e-12)
     assert check.near_tie_tolerance == pytest.approx(FLOOR)
     assert not check.passed  # 1e-4 > the floor: exact agreement leaves no room but the floor
 
@@ -74,15 +79,15 @@ def test_eager_noise_ignores_a_shift_of_every_score() -> None:
 def test_the_margin_is_float64s_so_a_device_choosing_its_best_passes() -> None:
     """The CPU fp32 run took 3; in float64 token 4 is better: the device's 4 has no error."""
     ref, scores, runs = decoder(-0.5, noise=0.0)
-    check = compare_tokens(ref, scores, [5, 5, 4], "float32", runs)
+    check = compare_tokens({"tokens": ref, "scores": scores, **runs}, dev(runs), "float32")
     assert check.passed and check.divergence_margin == 0.0
     assert check.check["margin_fp32"] == pytest.approx(-0.5)
 
 
 def test_without_float64_the_fixed_rule_decides_and_says_why() -> None:
-    ref, scores, _ = decoder(0.03, noise=0.01)
+    ref, scores, runs = decoder(0.03, noise=0.01)
     unavailable = {"fp64_unavailable": "the host's memory cannot hold the model in float64"}
-    check = compare_tokens(ref, scores, [5, 5, 4], "float32", unavailable)
+    check = compare_tokens({"tokens": ref, "scores": scores, **unavailable}, dev(runs), "float32")
     assert not check.passed  # 0.03 > 4 * 2**-23 * 10
     assert check.near_tie_tolerance == pytest.approx(4 * 2.0**-23 * 10.0)
     assert check.check["fp64"] == unavailable["fp64_unavailable"]
@@ -91,9 +96,66 @@ def test_without_float64_the_fixed_rule_decides_and_says_why() -> None:
 def test_a_float64_run_whose_tokens_parted_earlier_leaves_the_fixed_rule() -> None:
     ref, scores, runs = decoder(0.03, noise=0.01)
     runs["fp64"] = ([5, 6, 3], runs["fp64"][1])  # float64 took 6 at step 1
-    check = compare_tokens(ref, scores, [5, 5, 4], "bfloat16", runs)
+    check = compare_tokens({"tokens": ref, "scores": scores, **runs}, dev(runs), "bfloat16")
     assert check.near_tie_tolerance == pytest.approx(4 * 2.0**-7 * 10.0)
-    assert check.check["fp64"] == "no float64 scores at token 2"
+    assert check.check["fp64_margin"] == "no float64 scores at token 2"
+
+
+def logits(device_error: float, eager_error: float) -> tuple[dict[str, Any], torch.Tensor]:
+    """A reference whose runs all took 5, 5, 3 (scores of norm 20: two of 10 a step), and the
+    device's scores: eager's and the device's off float64 by the given relative errors, at one
+    score of step 1."""
+    ref, scores, runs = decoder(1.0, noise=0.0)
+    exact = runs["fp64"][1]
+    runs["fp64"] = ([5, 5, 3], exact)
+    off = torch.zeros_like(exact)
+    off[1, 0] = float(exact.norm())
+    runs["eager"] = ([5, 5, 3], exact + eager_error * off)
+    return {"tokens": ref, "scores": scores, **runs}, exact + device_error * off
+
+
+@pytest.mark.parametrize(("device_error", "passed"), [(3.0e-3, True), (3.02e-3, False)])
+def test_a_decoders_scores_are_held_to_k_times_eager_error_at_equal_tokens(
+    device_error: float, passed: bool
+) -> None:
+    reference, scores = logits(device_error, eager_error=1e-3)
+    check = compare_tokens(reference, ([5, 5, 3], scores), "float32")
+    assert check.passed is passed
+    numbers = check.check["fp64"]
+    assert numbers["error_device"] == pytest.approx(device_error)
+    assert numbers["error_eager"] == pytest.approx(1e-3)
+    assert numbers["tolerance"] == pytest.approx(K * 1e-3 + FLOOR)
+    assert check.check["positions"] == 3
+    assert (
+        check.cpu_match == "Y" if passed else check.cpu_match.startswith("N scores at tokens 0-2")
+    )
+
+
+def test_a_decoders_scores_are_compared_where_every_run_saw_the_same_tokens() -> None:
+    """float64 took 6 at step 1: its step-1 scores still follow the same tokens, step 2 not."""
+    reference, scores = logits(0.0, eager_error=0.0)
+    reference["fp64"] = ([5, 6, 3], reference["fp64"][1])
+    scores[2] += 100.0  # a step after the runs parted: not compared
+    check = compare_tokens(reference, ([5, 5, 3], scores), "float32")
+    assert check.passed and check.check["positions"] == 2
+
+
+def test_a_decoders_non_finite_score_fails_but_a_score_float64_rules_out_is_left_out() -> None:
+    reference, scores = logits(0.0, eager_error=0.0)
+    for run in (reference["fp64"][1], reference["eager"][1], scores):
+        run[0, 7] = -torch.inf  # ruled out in every run (a logits processor): left out
+    assert compare_tokens(reference, ([5, 5, 3], scores), "float32").passed
+    scores[0, 6] = torch.nan
+    check = compare_tokens(reference, ([5, 5, 3], scores), "float32")
+    assert not check.passed and check.cpu_match.startswith("N scores")
+
+
+def test_a_near_tie_whose_scores_are_off_fails_on_its_scores() -> None:
+    reference, scores = logits(0.01, eager_error=1e-3)
+    reference["tokens"] = [5, 5, 4]  # the CPU fp32 run took 4 at step 2: float64 prefers 3
+    assert compare_tokens(reference, ([5, 5, 3], reference["eager"][1]), "float32").passed
+    check = compare_tokens(reference, ([5, 5, 3], scores), "float32")
+    assert not check.passed and check.cpu_match.startswith("N scores at tokens 0-2")
 
 
 def encoder(device_error: float, eager_error: float) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -174,6 +236,9 @@ def test_the_float64_reference_is_cached_and_reused(
         assert numbers["tolerance"] == pytest.approx(K * numbers["error_eager"] + FLOOR)
     else:
         assert check["rule"] == "tokens" and first["cpu_match"] == "Y"
+        numbers = check["fp64"]  # eager on the "device": its scores are the reference's own
+        assert numbers["error_device"] == pytest.approx(numbers["error_eager"])
+        assert 0 < numbers["error_eager"] < 1e-5 and check["positions"] >= 1
         tokens, scores = kept["fp64"]
         assert tokens == kept["tokens"] and scores.dtype == torch.float64
     params["fp64_reference"] = False  # a host too small: the reference file is another's
@@ -197,3 +262,20 @@ def test_a_float64_reference_runs_where_the_host_holds_the_model_in_fp32_and_fp6
     fits = int(HOST_SHARE * available_memory_bytes() / 6 * 0.9)  # bf16 bytes: x2 fp32, x4 fp64
     assert host_holds_fp64(fits) and not host_holds_fp64(fits * 2)
     assert host_holds_fp64(None)
+
+
+def test_an_encoder_is_held_to_float64_at_every_position_and_the_fixed_rule_at_its_rows() -> None:
+    """A token classifier padded to 4 tokens, 2 of them text: the two best labels of the last
+    (padding) token traded places. The fixed rule reads the text's rows and sees nothing; held
+    to float64, every position is compared and the swap fails."""
+    from pytest_neuronsupport.runners.encoder import TOKEN_CLASSIFICATION as head
+
+    exact = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0], [1.0, 0.0, 2.0], [2.0, 1.5, 0.0]])
+    swapped = exact.clone()
+    swapped[3, :2] = swapped[3, :2].flip(0)
+    encoded = {"attention_mask": torch.tensor([[1, 1, 0, 0]])}
+    rows = [head.rows(t, encoded, None) for t in (exact, exact, swapped)]
+    fixed = head.check(rows[0], rows[1], rows[2], "float32")
+    assert fixed.passed and fixed.cpu_match == "Y"
+    check = held_to_noise(fixed, swapped, {"fp64": exact.double(), "eager": exact}, "float32")
+    assert not check.passed and check.cpu_match.startswith("N error to fp64")

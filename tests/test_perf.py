@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,17 @@ import pytest
 from pytest_neuronsupport.cli import main as cli_main
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.perf import INTERVALS, PERF
 from pytest_neuronsupport.dataset.store import read_dataset
 from pytest_neuronsupport.modellist import ModelListError, parse, parse_io, parse_sizes
-from pytest_neuronsupport.modes.bench import Configuration
+from pytest_neuronsupport.modes.bench import (
+    CI_FIGURES,
+    FIGURE_STATISTICS,
+    WIDE_FRACTION,
+    Configuration,
+    bootstrap_intervals,
+    intervals,
+)
 from pytest_neuronsupport.pricing import price
 from pytest_neuronsupport.runners.lib.measures import (
     cost_per_million,
@@ -152,6 +160,54 @@ def test_configurations_and_their_keys(tmp_path: Path) -> None:
         parse(listed)
 
 
+def test_timed_rounds_need_both_the_count_and_the_duration_capped_by_the_most() -> None:
+    from pytest_neuronsupport.runners.lib.bench import more_rounds
+
+    params = {"rounds": 10, "min_seconds": 2.0, "max_rounds": 1000}
+    assert more_rounds(0, 0.0, params)
+    assert more_rounds(9, 5.0, params)  # the duration is reached, not the count
+    assert more_rounds(10, 1.9, params)  # the count is reached, not the duration
+    assert not more_rounds(10, 2.0, params)  # both
+    assert not more_rounds(1000, 1.0, params)  # the most rounds, whatever the duration
+    assert not more_rounds(3, 0.0, {**params, "rounds": 20, "max_rounds": 3})
+
+
+def test_bootstrap_intervals_hold_the_figure_are_fixed_by_their_seed_and_flag_wide_ones() -> None:
+    config = Configuration("decoder", 2, input_len=16, output_len=9)
+    eager = [{**r, "latency_s": 2 * r["latency_s"]} for r in ROUNDS]
+    row = figures("decoder", [ROUNDS], batch=2, input_len=16)
+    assert set(FIGURE_STATISTICS) == set(INTERVALS) and set(CI_FIGURES["decoder"]) <= set(INTERVALS)
+    got = intervals("decoder", [ROUNDS], eager, config)
+    assert got == intervals("decoder", [ROUNDS], eager, config)  # the same rounds, the same
+    for name, figure in [
+        ("latency_ms", row["latency_ms_mean"]),
+        ("ttft_ms", row["ttft_ms_mean"]),
+        ("tpot_ms", row["tpot_ms_mean"]),
+        ("throughput", row["throughput"]),
+        ("speedup_vs_eager", 2.0),
+    ]:
+        assert got[f"{name}_ci_low"] <= figure <= got[f"{name}_ci_high"], name
+    # eager is exactly twice every round: resampled apart, the speedup still varies
+    assert got["speedup_vs_eager_ci_low"] < 2.0 < got["speedup_vs_eager_ci_high"]
+    assert "token_latency_ms_ci_low" not in got  # encoder-decoders only
+    # one slow round in four: the interval is far wider than a tenth of the mean
+    assert got["wide_interval"]
+    width = got["latency_ms_ci_high"] - got["latency_ms_ci_low"]
+    assert width > WIDE_FRACTION * row["latency_ms_mean"]
+    steady = [{"latency_s": 0.010 + 0.0001 * (i % 3)} for i in range(30)]
+    encoder = Configuration("encoder", 1, seq_len=16)
+    calm = intervals("encoder", [steady], steady, encoder)
+    assert not calm["wide_interval"] and calm["latency_ms_ci_low"] >= 10.0
+    assert calm["throughput_ci_high"] <= 100.0 and set(calm) == {
+        f"{n}_ci_{e}" for n in CI_FIGURES["encoder"] for e in ("low", "high")
+    } | {"wide_interval"}
+    # a different seed resamples differently (an interval of the same figure all the same)
+    chosen = {"latency_ms": FIGURE_STATISTICS["latency_ms"]}
+    other = bootstrap_intervals([steady, steady], chosen, encoder, seed=1)["latency_ms"]
+    assert other != (calm["latency_ms_ci_low"], calm["latency_ms_ci_high"])
+    assert other[0] <= 1e3 * statistics.fmean(r["latency_s"] for r in steady) <= other[1]
+
+
 def _perf_row(model_id: str, configuration: str, **more: Any) -> dict[str, Any]:
     return {
         "model_id": model_id,
@@ -193,7 +249,16 @@ def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
     noisy = _perf_row("zoo:bert", "b1-s128-dp1", batch=1, throughput=123.456, noisy=True)
     with Journal(tmp_path) as journal:
         journal.append(
-            PAIR, {**noisy, "throughput_round_stdev": 1.5, "speedup_vs_eager": 2.0}, PERF
+            PAIR,
+            {
+                **noisy,
+                "throughput_round_stdev": 1.5,
+                "speedup_vs_eager": 2.0,
+                "speedup_vs_eager_ci_low": 1.9,
+                "speedup_vs_eager_ci_high": 2.1,
+                "wide_interval": True,
+            },
+            PERF,
         )
         journal.append(PAIR, _perf_row("zoo:t5", "-", result="EXCLUDED", notes=None), PERF)
     assert merge_journals(tmp_path).ok
@@ -203,10 +268,13 @@ def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
     assert grid.title == "Encoder Models"
     assert grid.header == tuple(name for name, _ in COLUMNS["encoder"])
     (cells,) = grid.cells
-    assert cells[:3] == ("zoo:bert", "b1-s128-dp1", "123.46 ±1.5!")
-    assert dict(zip(grid.header, cells, strict=True))["vs eager"] == "2.00x"
+    assert cells[:3] == ("zoo:bert", "b1-s128-dp1", "123.46 ±1.5!~")
+    assert dict(zip(grid.header, cells, strict=True))["vs eager"] == "2.00x [1.90-2.10]"
     assert entry.failed == (("zoo:t5", "-", "EXCLUDED", ""),)
-    assert perf_report(tmp_path)[2:4] == grid.lines()
+    assert perf_report(tmp_path, width=1000)[2:4] == grid.lines()
+    wrapped = grid.lines(100)  # the report's default width: the same cells, in blocks
+    assert perf_report(tmp_path)[2 : 2 + len(wrapped)] == wrapped
+    assert max(len(line) for line in wrapped) <= 100 < max(len(line) for line in grid.lines())
 
 
 @pytest.mark.slow
@@ -224,6 +292,8 @@ def test_bench_sweep_gives_rows_whose_figures_hold_and_failure_rows(sweep: Sweep
             "--neuron-bench-io=8/4",
             "--neuron-bench-seq-len=16",
             "--neuron-bench-rounds=3",
+            "--neuron-bench-min-seconds=0.001",
+            "--neuron-bench-max-rounds=5",
             "--neuron-bench-warmup=1",
             "--neuron-instance=trn1.2xlarge",
         ],
@@ -248,7 +318,14 @@ def test_bench_sweep_gives_rows_whose_figures_hold_and_failure_rows(sweep: Sweep
         assert row["price_per_hour"] == 1.34 and row["compile_s"] > 0
         assert row["roofline_fraction"] > 0 and row["peak_source"].startswith("measured")
         timings = json.loads(row["timings"])
-        assert len(timings["replicas"]) == 1 and len(timings["replicas"][0]) == 3
+        assert len(timings["replicas"]) == 1 and 3 <= len(timings["replicas"][0]) <= 5
+        assert row["rounds"] == len(timings["replicas"][0])
+        assert row["eager_rounds"] == len(timings["eager"]) and 3 <= row["eager_rounds"] <= 5
+        for name in CI_FIGURES[row["kind"]]:
+            figure = row[name if name in ("throughput", "speedup_vs_eager") else f"{name}_mean"]
+            assert row[f"{name}_ci_low"] <= figure <= row[f"{name}_ci_high"], name
+        assert isinstance(row["wide_interval"], bool)
+        assert row["peak_gb"] is None and row["eager_peak_gb"] is None  # on the CPU
         assert "main_bench(" in row["run_py"] and "PARAMS = {" in row["run_py"]
     assert got[("zoo:llama", "b1-i8-o4-dp1")]["output_tokens"] == 4
     assert cli_main(["perf", "--results", str(sweeps.results)]) == 0
@@ -264,3 +341,21 @@ def test_documented_peaks_of_a_known_instance_else_none() -> None:
     assert documented("trn1.32xlarge", "float32") is not None
     assert documented(None, "bfloat16") is None  # unknown: measured instead
     assert documented("inf2.xlarge", "bfloat16") is None
+
+
+def test_a_table_wider_than_the_terminal_wraps_into_blocks_that_fit() -> None:
+    from pytest_neuronsupport.views.perf import Grid
+
+    grid = Grid(
+        "t", ("Model", "Config", "A" * 30, "B" * 30, "C" * 30), (("m", "b1", "1", "2", "3"),)
+    )
+    assert grid.lines() == grid.lines(200)  # it fits: one block, as before
+    wrapped = grid.lines(80)
+    assert max(len(line) for line in wrapped) <= 80
+    assert wrapped == [
+        f"Model  Config  {'A' * 30}  {'B' * 30}",
+        "m      b1      1" + " " * 31 + "2",
+        "",
+        f"Model  Config  {'C' * 30}",
+        "m      b1      3",
+    ]

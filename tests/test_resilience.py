@@ -38,7 +38,7 @@ def test_limit_runs_at_most_n_models_in_list_order(sweep: SweepRunner) -> None:
     done = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2", args=["--neuron-limit", "2"])
     done.result.assert_outcomes(passed=2, skipped=1)
     assert sorted(done.rows) == ["zoo:bert", "zoo:llama"]
-    done.result.stdout.fnmatch_lines(["SKIPPED *models.toml:7: --neuron-limit 2 reached"])
+    done.result.stdout.fnmatch_lines(["SKIPPED *models.toml::zoo:gpt2: --neuron-limit 2 reached"])
     # unchanged models do not count: the next sweep runs the one left
     again = sweep.run("zoo:llama", "zoo:bert", "zoo:gpt2", args=["--neuron-limit", "2"])
     again.result.assert_outcomes(passed=1, skipped=2)

@@ -63,13 +63,16 @@ def test_rows_are_kept_per_table_and_counted_apart(pytester: pytest.Pytester) ->
     sweep = configured(pytester)
     sweep.record(
         [
-            ModeOutcome("support", "a", [row("a"), row("b", "FAIL(gen)", notes="boom")]),
+            ModeOutcome(
+                "support", "a", [row("a", run_py="..."), row("b", "FAIL(gen)", notes="boom")]
+            ),
             ModeOutcome("perf", "a", [row("a", configuration="b1")]),
         ]
     )
     sweep.record([ModeOutcome("support", "c", unchanged=True, reason="unchanged since ...")])
     sweep.record([ModeOutcome("train", "d", reason="--neuron-limit 1 reached")])  # ran nothing
     assert [r["model_id"] for r in sweep.rows["support"]] == ["a", "b"]
+    assert "run_py" not in sweep.rows["support"][0]  # the journal has it; the session need not
     assert [r["model_id"] for r in sweep.rows["perf"]] == ["a"]
     assert sweep.unchanged == {"support": ["c"]} and "train" not in sweep.rows
     facts = sweep.summary_facts()

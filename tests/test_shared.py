@@ -200,3 +200,48 @@ def test_three_shards_into_s3_with_one_killed_and_retried_equal_one_machine(
     assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="fleet/published/").get("Contents")
     pair = pair_of({**alone.row(models[0])})
     assert s3.head_object(Bucket=BUCKET, Key=f"fleet/data/{pair}")["ContentLength"] > 0
+
+
+def test_a_store_down_is_a_usage_error_at_the_start_and_keeps_the_rows_it_could_not_take(
+    s3: Any, tmp_path: Path
+) -> None:
+    """moto's server stopped mid-sweep: the rows it could not take are kept in the local copy's
+    ``unpublished`` folder, one problem line says where, and the next sweep publishes them."""
+    import boto3
+    from botocore.config import Config
+    from moto.server import ThreadedMotoServer
+
+    from pytest_neuronsupport.dataset.layout import unpublished_dir
+    from pytest_neuronsupport.dataset.results import ObjectStoreResults, ResultsError
+    from pytest_neuronsupport.dataset.schema import SUPPORT as SUPPORT_TABLE
+    from pytest_neuronsupport.dataset.schema import row_to_json
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    quick = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1)
+    client = boto3.client("s3", endpoint_url=endpoint, config=quick)
+    client.create_bucket(Bucket=BUCKET)
+    uri, copy = f"s3://{BUCKET}/down", tmp_path / "copy"
+    store = ObjectStoreResults(uri, copy, client)
+    store.pull()
+    server.stop()  # the store goes down mid-sweep
+    row = row_to_json(result_row("org/a"), SUPPORT_TABLE)
+    store.publish("sweep-1", PAIR, SUPPORT_TABLE, row)
+    problem, merging = store.finish()
+    assert merging.startswith(f"merging into {uri}: ")
+    kept = unpublished_dir(copy) / "sweep-1.jsonl"
+    assert problem.startswith(f"1 row(s) not published to {uri}, the object store at {endpoint}")
+    assert f"kept in {kept} (org/a)" in problem
+    assert kept.is_file()
+    with pytest.raises(
+        ResultsError, match=rf"cannot read {uri} \(the object store at {endpoint}\)"
+    ):
+        ObjectStoreResults(uri, copy, client).pull()  # down at the start: said before any test
+    assert kept.is_file()
+
+    again = ObjectStoreResults(uri, copy, s3)  # the next sweep, the store up (moto's other one)
+    again.pull()
+    assert not kept.exists() and again.finish() == []
+    assert list(shared_rows(s3, "down", tmp_path)) == ["org/a"]

@@ -17,6 +17,8 @@ __all__ = [
     "pair_dirname",
     "pair_path",
     "pair_relpath",
+    "phase_file",
+    "phases_dir",
     "run_dir",
     "run_dirname",
     "run_py_path",
@@ -45,7 +47,11 @@ SWEEPS: Final = ".sweeps"
 PUBLISHED: Final = "published"
 """On object storage: the rows each shard published, ``<prefix>/published/<sweep>/<n>.json``."""
 
-RESERVED: Final = frozenset({JOURNAL, RUNS, SHARDS, SWEEPS, PUBLISHED})
+UNPUBLISHED: Final = "unpublished"
+"""In a shared dataset's local copy: the rows a sweep could not publish (the object store down),
+``<copy>/unpublished/<sweep>.jsonl``; the next sweep into the same dataset publishes them."""
+
+RESERVED: Final = frozenset({JOURNAL, RUNS, SHARDS, SWEEPS, PUBLISHED, UNPUBLISHED})
 """Folders of the results that are not a table's."""
 
 _SAFE_CHAR: Final = re.compile(r"[^A-Za-z0-9._+-]")
@@ -208,3 +214,18 @@ def shards_dir(results_dir: Path) -> Path:
 def sweeps_dir(results_dir: Path) -> Path:
     """``<results>/.sweeps``: each sweep's ``--neuron-limit`` count."""
     return Path(results_dir) / SWEEPS
+
+
+def unpublished_dir(results_dir: Path) -> Path:
+    """``<copy>/unpublished``: rows a sweep could not publish to its object store."""
+    return Path(results_dir) / UNPUBLISHED
+
+
+def phases_dir(results_dir: Path, sweep_id: str) -> Path:
+    """``<results>/.sweeps/<sweep-id>``: a file per model running now in the sweep, its phase."""
+    return sweeps_dir(results_dir) / _safe_component("sweep id", sweep_id)
+
+
+def phase_file(results_dir: Path, sweep_id: str, model_id: str) -> Path:
+    """``<results>/.sweeps/<sweep-id>/<run_dirname(model_id)>``: what the model runs now."""
+    return phases_dir(results_dir, sweep_id) / run_dirname(model_id)

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
 
-__all__ = ["PERF", "PERF_COLUMN_DOCS", "PERF_SCHEMA", "SPREAD"]
+__all__ = ["INTERVALS", "PERF", "PERF_COLUMN_DOCS", "PERF_SCHEMA", "SPREAD"]
 
 #: The summary of every timed figure over the rounds.
 SPREAD: Final = ("p50", "p90", "p99", "mean", "stdev")
@@ -27,6 +27,22 @@ _TIMED: Final = {
         "(encoder-decoders)"
     ),
 }
+
+
+#: The figures given a 95% bootstrap confidence interval (``<figure>_ci_low``/``_ci_high``).
+INTERVALS: Final = {
+    "latency_ms": "`latency_ms_mean`",
+    "ttft_ms": "`ttft_ms_mean` (generation)",
+    "tpot_ms": "`tpot_ms_mean` (decoders)",
+    "token_latency_ms": "`token_latency_ms_mean` (encoder-decoders)",
+    "throughput": "`throughput`",
+    "eager_latency_ms": "`eager_latency_ms_mean`",
+    "speedup_vs_eager": "`speedup_vs_eager` (compiled and eager rounds resampled apart)",
+}
+
+
+def _interval_fields() -> list[pa.Field]:
+    return [pa.field(f"{n}_ci_{e}", pa.float64()) for n in INTERVALS for e in ("low", "high")]
 
 
 def _spread_fields() -> list[pa.Field]:
@@ -74,6 +90,13 @@ PERF_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("eager_latency_ms_stdev", pa.float64()),
         pa.field("eager_throughput", pa.float64()),
         pa.field("speedup_vs_eager", pa.float64()),
+        pa.field("eager_rounds", pa.int32()),
+        # how far to trust them
+        *_interval_fields(),
+        pa.field("wide_interval", pa.bool_()),
+        # memory
+        pa.field("peak_gb", pa.float64()),
+        pa.field("eager_peak_gb", pa.float64()),
         # cost
         pa.field("instance_type", pa.string()),
         pa.field("price_per_hour", pa.float64()),
@@ -125,7 +148,10 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
     ),
     "notes": "One line on what happened.",
     "error": "The error that decided a failure, with its traceback; null on PASS.",
-    "rounds": "Timed rounds per replica.",
+    "rounds": (
+        "Timed rounds per replica (compiled): at least `--neuron-bench-rounds` and "
+        "`--neuron-bench-min-seconds` of them, at most `--neuron-bench-max-rounds`."
+    ),
     "warmup_rounds": "Untimed rounds after the first (compiling) one.",
     "compile_s": "Seconds of the first round, compilation included (not in the timed rounds).",
     "warmup_s": "Seconds of the warm-up rounds (not in the timed rounds).",
@@ -148,6 +174,18 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
     "eager_latency_ms_stdev": "Standard deviation of the eager model's round latency (ms).",
     "eager_throughput": "The eager model's throughput per replica (same unit).",
     "speedup_vs_eager": "`eager_latency_ms_mean / latency_ms_mean`: above 1, compiled is faster.",
+    "eager_rounds": "Timed rounds of the eager model (per replica: the first replica's).",
+    **{
+        f"{name}_ci_{end}": f"The {end} end of the 95% bootstrap confidence interval of {doc}."
+        for name, doc in INTERVALS.items()
+        for end in ("low", "high")
+    },
+    "wide_interval": (
+        "A figure's confidence interval is wider than `WIDE_FRACTION` (0.1) of the figure: "
+        "too few rounds, or a noisy machine, to trust it."
+    ),
+    "peak_gb": "The device's peak memory over the compiled timed rounds (GB); null on the CPU.",
+    "eager_peak_gb": "The device's peak memory over the eager timed rounds (GB); null on the CPU.",
     "instance_type": "The instance type whose price is used (`--neuron-instance`), if named.",
     "price_per_hour": "On-demand dollars per hour used for the cost.",
     "price_source": "Where the price comes from (`--neuron-price-per-hour`, or the table's).",

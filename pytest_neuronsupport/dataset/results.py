@@ -15,14 +15,16 @@ whatever the store is.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pytest_neuronsupport.dataset.durable import write_once
-from pytest_neuronsupport.dataset.layout import is_hub, is_shared
+from pytest_neuronsupport.dataset.durable import atomic_write_bytes, write_once
+from pytest_neuronsupport.dataset.layout import is_hub, is_shared, unpublished_dir
 from pytest_neuronsupport.dataset.schema import Table
+from pytest_neuronsupport.dataset.tables import table_named
 
 __all__ = [
     "FolderResults",
@@ -135,12 +137,32 @@ class ObjectStoreResults:
         #: Rows whose publishing failed, and why: published again by :meth:`finish`.
         self.unpublished: list[tuple[str, str, Table, dict[str, Any], str]] = []
 
+    @property
+    def endpoint(self) -> str:
+        """The object store's endpoint the client talks to (``AWS_ENDPOINT_URL``, or AWS's)."""
+        return str(getattr(getattr(self.shared.s3, "meta", None), "endpoint_url", "") or "AWS")
+
     def pull(self) -> None:
+        """The shared dataset into the local copy; then the rows an earlier sweep could not
+        publish (:func:`~pytest_neuronsupport.dataset.layout.unpublished_dir`) are published."""
         check_folder(self.folder)
         try:
             self.shared.pull(self.folder)
-        except Exception as exc:  # boto3's and botocore's errors
-            raise ResultsError(f"cannot read {self.uri}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # boto3's and botocore's errors: the store down, say
+            raise ResultsError(
+                f"cannot read {self.uri} (the object store at {self.endpoint}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        for path in sorted(unpublished_dir(self.folder).glob("*.jsonl")):
+            records = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line]
+            before = len(self.unpublished)
+            for record in records:
+                table = table_named(record["table"])
+                self.publish(record["sweep"], record["pair"], table, record["row"])
+            if len(self.unpublished) == before:  # all published: the merge at the end folds them
+                path.unlink()
+            else:
+                del self.unpublished[before:]  # still kept in the file; said at the end
 
     def publish(self, sweep_id: str, pair: str, table: Table, row: dict[str, Any]) -> None:
         number, self.published = self.published, self.published + 1
@@ -155,16 +177,32 @@ class ObjectStoreResults:
         failed, self.unpublished = self.unpublished, []
         for sweep_id, pair, table, row, _ in failed:
             self.publish(sweep_id, pair, table, row)
-        problems = [
-            f"{row['model_id']}: not published to {self.uri} ({why}); it is in the local "
-            "copy's journal"
-            for _, _, _, row, why in self.unpublished
-        ]
+        problems = self.keep_unpublished()
         try:
             summary = self.shared.merge()
         except Exception as exc:
             return [*problems, f"merging into {self.uri}: {type(exc).__name__}: {exc}"]
         return [*problems, *summary.problems]
+
+    def keep_unpublished(self) -> list[str]:
+        """Write the rows still unpublished into the local copy's ``unpublished`` folder (a
+        later pull of the same dataset publishes them) and say where: one problem line."""
+        if not self.unpublished:
+            return []
+        sweep_id, why = self.unpublished[0][0], self.unpublished[0][4]
+        path = unpublished_dir(self.folder) / f"{sweep_id}.jsonl"
+        lines = [
+            json.dumps({"sweep": s, "table": t.name, "pair": p, "row": r})
+            for s, p, t, r, _ in self.unpublished
+        ]
+        old = path.read_text("utf-8") if path.exists() else ""
+        atomic_write_bytes(path, (old + "".join(f"{line}\n" for line in lines)).encode())
+        models = ", ".join(sorted({r["model_id"] for _, _, _, r, _ in self.unpublished}))
+        return [
+            f"{len(lines)} row(s) not published to {self.uri}, the object store at "
+            f"{self.endpoint} failing ({why}): kept in {path} ({models}); the next sweep "
+            f"with --neuron-results {self.uri} publishes them"
+        ]
 
     def write_once(self, name: str, text: str) -> tuple[str, str]:
         return self.where(name), self.shared.put_if_absent(name, text)

@@ -31,6 +31,7 @@ __all__ = [
     "COLUMNS",
     "COLUMN_DOCS",
     "DEVICES",
+    "PHASE_COLUMNS",
     "RESULT_MEANINGS",
     "RUN_FIELDS",
     "SCHEMA",
@@ -59,6 +60,9 @@ STACK_COLUMNS: Final = (
     "python",
     "neuron_driver",
 )
+
+#: The phase times of a support row, in seconds: they add up to ``wall_s`` but for a remainder.
+PHASE_COLUMNS: Final = ("load_s", "compile_s", "generate_s", "forward_s", "reference_s")
 
 RUN_FIELDS: Final[tuple[pa.Field, ...]] = (
     # software stack (null where a package is absent)
@@ -116,6 +120,11 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         # what the checkpoint is, from its config (appended: older files load them null)
         pa.field("architecture", pa.string()),
         pa.field("model_type", pa.string()),
+        # where the time went, and the compile cache's part in it (appended: older files load
+        # them null)
+        *(pa.field(name, pa.float64()) for name in PHASE_COLUMNS),
+        pa.field("graphs_cached", pa.int32()),
+        pa.field("graphs_compiled", pa.int32()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -178,8 +187,11 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "when the judge did not run."
     ),
     "wall_s": (
-        "Seconds from loading the model to the end of generation or of the forward pass "
-        "(compilation included); for a run without a verdict, the run's wall time."
+        "Seconds of the whole run, from its first phase to its verdict: loading, compiling, "
+        "generating or the forward pass, the CPU reference (the phase times add up to it but "
+        "for a remainder: the judge, and the moments between phases); for a run without a "
+        "verdict, the run's wall time. Files written before the phase times counted from "
+        "loading the model to the end of generation or of the forward pass."
     ),
     "hbm_peak_gb": (
         "Peak device memory of the run in GB (torch's counters; on the CPU the peak resident set)."
@@ -264,6 +276,37 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     "model_type": (
         "The checkpoint's config's `model_type` (e.g. `llama`); null when its config was not "
         "read, and in files written before the column existed."
+    ),
+    "load_s": (
+        "Seconds of the load phase: tokenizer, config and weights onto the device; null when "
+        "the run gave no verdict, and in files written before the phase times existed (so "
+        "for every phase time)."
+    ),
+    "compile_s": (
+        "Seconds dynamo spent compiling, by its own accounting (every frame it compiled, "
+        "recompilations included: tracing, lowering and the backend's compile), taken out "
+        "of the phase it happened in; 0 when nothing compiled."
+    ),
+    "generate_s": (
+        "Seconds of generating the 32 tokens (decoders), without `compile_s`: the first "
+        "execution of a compiled graph is counted here; null for an encoder."
+    ),
+    "forward_s": (
+        "Seconds of the forward pass (encoders), without `compile_s`; null for a decoder."
+    ),
+    "reference_s": (
+        "Seconds of the CPU reference and the check against it; near 0 when the reference "
+        "was read from the cache (`reference_cached` in `check`); null when none ran."
+    ),
+    "graphs_cached": (
+        "Graphs the compile cache served (inductor's FX graph cache hits on the CPU and "
+        "CUDA); null where the backend has no cache (`aot_eager`) or, on Neuron, where the "
+        "runtime does not say (the NEFF cache's hits are not reported)."
+    ),
+    "graphs_compiled": (
+        "Graphs compiled fresh: inductor's FX graph cache misses and bypasses, on Neuron the "
+        "NEFFs the run added to the NEFF cache (other runs' at the same time included); 0 "
+        "with `graphs_cached` above 0: a warm compile; null where the backend has no cache."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

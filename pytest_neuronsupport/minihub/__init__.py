@@ -141,6 +141,9 @@ class MiniHub:
         self._tokens: dict[str, tuple[str, bool]] = {}  # token -> (user, may write)
         self._lfs: dict[str, bytes] = {}  # LFS objects uploaded, by sha256
         self._interrupts: dict[tuple[str, str], list[list[int]]] = {}
+        #: Set by :meth:`fail_with` / :meth:`stall`: (what the path holds, status or seconds).
+        self._failing: tuple[str, int] | None = None
+        self._stalling: tuple[str, float] | None = None
         self._order = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -351,7 +354,36 @@ class MiniHub:
         with self._lock:
             self._interrupts.setdefault((repo_id, filename), []).append([after_bytes, times])
 
+    def fail_with(self, status: int, *, paths: str = "") -> None:
+        """Answer every request whose path holds ``paths`` (every one by default) with the
+        error ``status`` (a 503, say) until :meth:`heal`."""
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error (4xx, 5xx), not {status}")
+        with self._lock:
+            self._failing = (paths, status)
+
+    def stall(self, seconds: float, *, paths: str = "") -> None:
+        """Wait ``seconds`` before answering every request whose path holds ``paths`` (a
+        client's timeout shorter than that sees a Hub that does not answer) until
+        :meth:`heal`."""
+        if seconds <= 0:
+            raise ValueError("seconds must be positive")
+        with self._lock:
+            self._stalling = (paths, float(seconds))
+
+    def heal(self) -> None:
+        """Undo :meth:`fail_with` and :meth:`stall`."""
+        with self._lock:
+            self._failing = self._stalling = None
+
     # -- internals -------------------------------------------------------------------------------
+
+    def _fault_for(self, path: str) -> tuple[int | None, float]:
+        """The error status and the wait :meth:`fail_with` and :meth:`stall` set for ``path``."""
+        with self._lock:
+            failing, stalling = self._failing, self._stalling
+        status = failing[1] if failing and failing[0] in path else None
+        return status, stalling[1] if stalling and stalling[0] in path else 0.0
 
     def _create(self, repo_id: str, repo_type: str, sdk: str | None) -> _Repo:
         """A new, empty repo of *repo_type* (under the lock; ValueError if it exists)."""

@@ -13,6 +13,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._method = method
         try:
             self._body = self._read_body()
+            status, wait_s = hub._fault_for(self.path)
+            if wait_s:
+                time.sleep(wait_s)
+            if status is not None:
+                raise _Reply(status, f"minihub told to fail with {status}")
             self._route(method)
         except _Reply as reply:
             self._send_error(reply)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_neuronsupport import faults
 from pytest_neuronsupport.dataset.schema import Table, row_to_json, validate_row
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import classify
@@ -70,8 +71,8 @@ class ModeOutcome:
     reason: str | None = None
     #: The script the rows came from, for the failure text.
     run_py: str | None = None
-    #: An environment fault that stopped the test before any verdict (the Hub unreachable): no
-    #: row (a recorded one stays); the model's test fails, naming it.
+    #: An environment fault (:mod:`~pytest_neuronsupport.faults`) that stopped the test before
+    #: any verdict: no row (a recorded one stays); the model's test is an error naming it.
     fault: str | None = None
 
     @property
@@ -210,7 +211,9 @@ def test(
     if not mode.ready(sweep, spec, before or {}):
         return ModeOutcome(name, spec.id)
     if mode.budgeted and spec.exclusion is None and sweep.budget.exhausted():
-        return ModeOutcome(name, spec.id, reason=limit)  # an exclusion costs nothing
+        # an exclusion costs nothing, nor does a recorded model whose script is unchanged
+        if sweep.settings.rerun or sweep.recorded(mode.table, spec.id) is None:
+            return ModeOutcome(name, spec.id, reason=limit)
     base = mode.base_row(sweep, spec)
     script: Script | None = None
     try:
@@ -240,11 +243,19 @@ def test(
                     return ModeOutcome(name, spec.id, reason=limit)
                 script.path.parent.mkdir(parents=True, exist_ok=True)
                 rows = mode.run(sweep, planned, script, base)
-    except Exception:  # a bug of ours must not cost the model its row
+    except Exception as exc:  # a bug of ours must not cost the model its row; a fault: no row
+        if (fault := faults.of(exc)) is not None:
+            return ModeOutcome(name, spec.id, fault=str(fault))
         error = traceback.format_exc()
         why = f"pytest-neuronsupport could not run it: {error.strip().splitlines()[-1]}"
         rows = [{**base, **classify.crashed(why, error)}]
-    recorded_rows = [decided(mode, sweep, spec, row) for row in rows]
+    try:
+        recorded_rows = [decided(mode, sweep, spec, row) for row in rows]
+    except faults.Fault as met:  # a hook met the disk full, say
+        return ModeOutcome(name, spec.id, fault=str(met))
+    ran_into = [fault for row in recorded_rows if (fault := faults.in_run(row)) is not None]
+    if ran_into:  # the run's disk filled up, the Hub failed its download
+        return ModeOutcome(name, spec.id, fault=str(ran_into[0]))
     run_py = None if script is None else str(script.path)
     return ModeOutcome(name, spec.id, recorded_rows, run_py=run_py)
 
@@ -262,6 +273,8 @@ def decided(mode: Mode, sweep: Sweep, spec: ModelSpec, row: dict[str, Any]) -> d
             sweep.hooks.row(row, spec)
         return row_to_json(validate_row(row, table), table)
     except Exception as exc:
+        if (fault := faults.of(exc)) is not None:
+            raise fault from exc
         why = f"its row could not be recorded: {type(exc).__name__}: {exc}"
         return classify.unrecordable(row, why, table)
 

@@ -12,7 +12,9 @@ gives a row saying so and no figures.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,22 @@ UNITS = {
 }
 #: The support results after which a model is benchmarked: it ran.
 BENCHED = (Result.PASS, Result.FAIL_OUTPUT)
+#: A figure is flagged ``wide_interval`` when its confidence interval is wider than this
+#: fraction of the figure (docs/performance.md states it too).
+WIDE_FRACTION = 0.1
+#: The confidence intervals: their level, resamples of the bootstrap, and its fixed seed.
+CI_LEVEL = 0.95
+RESAMPLES = 1000
+SEED = 0
+#: The figures given an interval, by kind (:data:`FIGURE_STATISTICS`).
+_EVERY_KIND = ("latency_ms", "throughput", "eager_latency_ms", "speedup_vs_eager")
+CI_FIGURES = {
+    "encoder": _EVERY_KIND,
+    "decoder": (*_EVERY_KIND, "ttft_ms", "tpot_ms"),
+    "encoder-decoder": (*_EVERY_KIND, "token_latency_ms"),
+}
+#: A figure of groups of rounds (each replica's, then eager's) of a configuration.
+Statistic = Callable[[Sequence[Sequence[dict[str, Any]]], "Configuration"], float]
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,8 @@ class BenchParams(RunParams):
     input_len: int | None = None
     output_len: int | None = None
     rounds: int = 10
+    min_seconds: float = 2.0
+    max_rounds: int = 1000
     warmup: int = 2
     replicas: int = 1
     #: The machine's peaks measured earlier (None: the script measures them).
@@ -190,6 +210,8 @@ class Bench:
             input_len=config.input_len,
             output_len=config.output_len,
             rounds=s.bench_rounds,
+            min_seconds=s.bench_min_seconds,
+            max_rounds=s.bench_max_rounds,
             warmup=s.bench_warmup,
             replicas=config.replicas,
             peaks=peaks(s),
@@ -216,7 +238,8 @@ class Bench:
             "run_py": text,
             "run_py_sha256": sha256(text),
         }
-        outcome = execute(sweep, text, folder / "bench.py", config.replicas, spec.packages)
+        script = folder / "bench.py"
+        outcome = execute(sweep, text, script, config.replicas, spec.packages, config.key)
         verdict = outcome.verdict
         if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
             ran = classify.ran(outcome)
@@ -266,7 +289,11 @@ def figures(
         eager_latency_ms_stdev=eager["latency_ms_stdev"],
         eager_throughput=eager["throughput"],
         speedup_vs_eager=eager["latency_ms_mean"] / fields["latency_ms_mean"],
+        eager_rounds=len(verdict["rounds_eager"]),
+        peak_gb=verdict.get("peak_gb"),
+        eager_peak_gb=verdict.get("eager_peak_gb"),
     )
+    fields.update(intervals(kind, verdict["replicas"], verdict["rounds_eager"], config))
     fields["throughput_unit"], fields["cost_unit"] = UNITS[kind]
     cost = pricing.price(s.price_per_hour, s.instance)
     if cost is not None:
@@ -282,12 +309,110 @@ def figures(
     return fields
 
 
+def intervals(
+    kind: str,
+    replicas: Sequence[Sequence[dict[str, Any]]],
+    eager: Sequence[dict[str, Any]],
+    config: Configuration,
+) -> dict[str, Any]:
+    """Each figure's 95% bootstrap interval (``<figure>_ci_low``, ``<figure>_ci_high``), and
+    ``wide_interval``: one of them wider than :data:`WIDE_FRACTION` of its figure."""
+    groups = [*replicas, eager]
+    chosen = {name: FIGURE_STATISTICS[name] for name in CI_FIGURES[kind]}
+    out: dict[str, Any] = {"wide_interval": False}
+    for name, (low, high) in bootstrap_intervals(groups, chosen, config).items():
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = low, high
+        figure = chosen[name](groups, config)
+        out["wide_interval"] |= high - low > WIDE_FRACTION * abs(figure)
+    return out
+
+
+def bootstrap_intervals(
+    groups: Sequence[Sequence[dict[str, Any]]],
+    chosen: Mapping[str, Statistic],
+    config: Configuration,
+    level: float = CI_LEVEL,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> dict[str, tuple[float, float]]:
+    """The percentile bootstrap interval of each statistic over ``groups`` of rounds (each
+    replica's, then eager's): ``resamples`` times, every group resampled with replacement to
+    its own size, apart from the others, with a fixed ``seed`` (the same rounds give the same
+    intervals); the interval is the middle ``level`` of the statistic's values."""
+    chooser = random.Random(seed)
+    values: dict[str, list[float]] = {name: [] for name in chosen}
+    for _ in range(resamples):
+        sample = [chooser.choices(group, k=len(group)) for group in groups]
+        for name, statistic in chosen.items():
+            values[name].append(statistic(sample, config))
+    tail = (1 - level) / 2 * 100
+    return {
+        name: (measures.percentile(v, tail), measures.percentile(v, 100 - tail))
+        for name, v in values.items()
+    }
+
+
+def _mean_ms(per_round: Callable[[dict[str, Any], Configuration], float]) -> Statistic:
+    """The mean over the compiled rounds (every replica's) of a per-round figure, in ms."""
+
+    def statistic(groups: Sequence[Sequence[dict[str, Any]]], config: Configuration) -> float:
+        return 1e3 * statistics.fmean(per_round(r, config) for g in groups[:-1] for r in g)
+
+    return statistic
+
+
+def _eager_latency_ms(groups: Sequence[Sequence[dict[str, Any]]], config: Configuration) -> float:
+    return 1e3 * statistics.fmean(r["latency_s"] for r in groups[-1])
+
+
+def _made(r: dict[str, Any], config: Configuration) -> int:
+    """What one round produced: inferences, output tokens, or input and output tokens."""
+    if config.kind == "encoder":
+        return config.batch
+    extra = (config.input_len or 0) if config.kind == "encoder-decoder" else 0
+    return config.batch * (extra + int(r["tokens"]))
+
+
+def _throughput(groups: Sequence[Sequence[dict[str, Any]]], config: Configuration) -> float:
+    """The replicas' throughputs summed (:func:`measures.figures`' ``throughput``)."""
+    return sum(
+        sum(_made(r, config) for r in g) / max(float(sum(r["latency_s"] for r in g)), 1e-12)
+        for g in groups[:-1]
+    )
+
+
+_latency_ms = _mean_ms(lambda r, c: r["latency_s"])
+
+
+def _speedup(groups: Sequence[Sequence[dict[str, Any]]], config: Configuration) -> float:
+    return _eager_latency_ms(groups, config) / _latency_ms(groups, config)
+
+
+#: Each figure given an interval, as a statistic of the rounds; the timed ones are the mean
+#: over the rounds (``latency_ms`` is ``latency_ms_mean``'s interval).
+FIGURE_STATISTICS: dict[str, Statistic] = {
+    "latency_ms": _latency_ms,
+    "ttft_ms": _mean_ms(lambda r, c: r["ttft_s"]),
+    "tpot_ms": _mean_ms(lambda r, c: (r["latency_s"] - r["ttft_s"]) / max(1, r["tokens"] - 1)),
+    "token_latency_ms": _mean_ms(lambda r, c: r["latency_s"] / ((c.input_len or 0) + r["tokens"])),
+    "throughput": _throughput,
+    "eager_latency_ms": _eager_latency_ms,
+    "speedup_vs_eager": _speedup,
+}
+
+
 def execute(
-    sweep: Sweep, text: str, script: Path, cores: int, needs: tuple[str, ...] = ()
+    sweep: Sweep,
+    text: str,
+    script: Path,
+    cores: int,
+    needs: tuple[str, ...] = (),
+    key: str = "",
 ) -> Outcome:
-    """Write a benchmark script and run it isolated on ``cores`` leased cores."""
+    """Write a benchmark script and run it isolated on ``cores`` leased cores (``key``: its
+    configuration, for the status)."""
     s = sweep.settings
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text, encoding="utf-8")
     overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
-    return sweep.run_isolated(script, cores, overlay)
+    return sweep.run_isolated(script, cores, overlay, step=f"bench {key}".strip())

@@ -12,6 +12,11 @@ more with the English judge in its script, which then decides (:func:`judged_aga
 With ``--neuron-minify`` a failed one-core run runs again under PyTorch's minifier
 (:mod:`pytest_neuronsupport.pipeline.minify`).
 
+Every run's row says where its time went: the phase times (``load_s``, ``compile_s``,
+``generate_s`` or ``forward_s``, ``reference_s``, adding up to ``wall_s`` but for a remainder)
+and what its compile cache did (``graphs_cached``, ``graphs_compiled``), made of what its
+verdict reports by :func:`timed`.
+
 Every row names the checkpoint's ``architecture`` and ``model_type`` where its config was read
 (EXCLUDED rows too): the loop of :func:`~pytest_neuronsupport.modes.test` adds them to the base
 row from the plan (:attr:`~pytest_neuronsupport.pipeline.plan.Plan.columns`), as it does for
@@ -27,6 +32,7 @@ from typing import Any
 
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages
@@ -42,7 +48,7 @@ from pytest_neuronsupport.pipeline.render import (
 )
 from pytest_neuronsupport.pipeline.sizing import host_holds_fp32, host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import Sweep
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result, phase_times
 from pytest_neuronsupport.settings import Settings
 
 
@@ -202,4 +208,28 @@ def execute(
         env[REFERENCE_ENV] = str(reference)
     stem = run_py.stem
     names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
-    return sweep.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)
+    device, cache = sweep.settings.device, sweep.settings.cache
+    before = device.cache_files(cache)
+    outcome = sweep.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)
+    added = len(device.cache_files(cache) - before)
+    return replace(outcome, verdict=timed(outcome.verdict, device, added))
+
+
+#: What a run reports for its phase times (:func:`timed`), not columns of its row.
+TIMING_KEYS = ("phases", "dynamo", "counters")
+
+
+def timed(
+    verdict: dict[str, Any] | None, device: Device, files_added: int
+) -> dict[str, Any] | None:
+    """A run's verdict with its phase times and its compile cache's counts as row columns, made
+    of what it reported (its phase marks, dynamo's compile times and counters:
+    :func:`~pytest_neuronsupport.runners.lib.entry.attempt`) and the compile cache's files it
+    added (``files_added``, counted where the device has them: :meth:`Device.cache_files`)."""
+    if verdict is None or "phases" not in verdict:
+        return verdict
+    done = {k: v for k, v in verdict.items() if k not in TIMING_KEYS}
+    compiles = (verdict.get("dynamo") or {}).get("_compile.compile_inner") or []
+    done.update(phase_times(verdict["phases"], float(sum(compiles))))
+    done.update(device.graphs((verdict.get("counters") or {}).get("inductor") or {}, files_added))
+    return done

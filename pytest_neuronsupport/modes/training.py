@@ -257,7 +257,7 @@ def search(
     def fits(batch: int) -> bool:
         params = TrainParams(**{**base.to_dict(), "trial": "search", "mode": mode, "batch": batch})
         text = render_script(sweep, params, spec)
-        outcome = execute(sweep, text, folder / f"{mode}-{batch}" / "train.py")
+        outcome = execute(sweep, text, folder / f"{mode}-{batch}" / "train.py", f"{mode} b{batch}")
         verdict, walls[batch] = outcome.verdict, outcome.wall_s
         if outcome.reason and verdict is None:  # the watcher's memory limit
             verdicts[batch] = {"fits": False, "out_of_memory": outcome.reason}
@@ -292,11 +292,12 @@ def search(
     }
 
 
-def execute(sweep: Sweep, text: str, run_py: Path) -> Outcome:
-    """Write a training script and run it isolated on one leased core."""
+def execute(sweep: Sweep, text: str, run_py: Path, what: str = "check") -> Outcome:
+    """Write a training script and run it isolated on one leased core (``what``: the trial, for
+    the status)."""
     run_py.parent.mkdir(parents=True, exist_ok=True)
     run_py.write_text(text, encoding="utf-8")
-    return sweep.run_isolated(run_py, 1, defaults=TRIAL_ENV)
+    return sweep.run_isolated(run_py, 1, defaults=TRIAL_ENV, step=f"train {what}")
 
 
 def json_object(text: object) -> dict[str, Any]:

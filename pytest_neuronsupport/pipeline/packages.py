@@ -52,8 +52,11 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 from filelock import FileLock
+
+from pytest_neuronsupport import faults
 
 #: Where overlays go, under the cache.
 OVERLAYS = "packages"
@@ -200,8 +203,33 @@ def pip(args: list[str], packages: Sequence[str], timeout_s: float) -> str:
         output, _ = proc.communicate()
         raise PackageError(packages, f"pip did not finish in {timeout_s:g} s", output) from None
     if proc.returncode != 0:
+        unreachable = index_unreachable(output)
+        if unreachable is not None:  # the environment's fault, not the model's
+            raise faults.Fault(unreachable)
         raise PackageError(packages, reason(output, proc.returncode), output)
     return output
+
+
+#: What pip says (a warning for each retry, an error when it gives up) when its index gives
+#: no answer: no connection, a timeout, a 5xx.
+_UNREACHABLE: Final = re.compile(
+    r"^(?:WARNING|ERROR): (?:Retrying \(|Could not fetch URL|.*(?:NewConnectionError|"
+    r"Max retries exceeded|Read timed out|ConnectTimeoutError|ProxyError)).*$",
+    re.MULTILINE,
+)
+
+
+def index_unreachable(output: str) -> str | None:
+    """The fault pip's failed ``output`` says: its index (the one it or ``PIP_INDEX_URL``
+    names) unreachable, with pip's first line about it; None when pip was answered (then it
+    is a :class:`PackageError`)."""
+    found = _UNREACHABLE.search(output)
+    if found is None:
+        return None
+    looked = re.search(r"^Looking in indexes: (.+)$", output, re.MULTILINE)  # not if --quiet
+    index = looked.group(1).strip() if looked else os.environ.get("PIP_INDEX_URL", "")
+    where = f" {index}" if index else ""
+    return f"the package index{where} is unreachable (pip): {found.group(0)[:300]}"
 
 
 def reason(output: str, returncode: int) -> str:

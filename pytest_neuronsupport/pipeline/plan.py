@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_neuronsupport import hub, zoo
+from pytest_neuronsupport import faults, hub, zoo
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.runners import Choice, Runner, Runners
 
@@ -39,8 +39,9 @@ class Plan:
     exclusion: Exclusion | None = None
     #: Set when the checkpoint cannot even be found: the run is FAIL(load) without a script.
     load_error: str | None = None
-    #: Set when the environment, not the model, stopped the plan (the Hub unreachable): no row
-    #: is recorded (a recorded one stays), and the test fails naming the fault.
+    #: Set when the environment, not the model, stopped the plan (a :mod:`fault
+    #: <pytest_neuronsupport.faults>`: the Hub unreachable, 5xx, timing out, the disk full): no
+    #: row is recorded (a recorded one stays), and the test is an error naming the fault.
     fault: str | None = None
     #: Where its config.json was read (for the Hub: the snapshot of one commit in its cache).
     config_path: Path | None = None
@@ -113,7 +114,7 @@ def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dic
     else:
         from huggingface_hub import hf_hub_download
 
-        hub.check_reachable()  # at once, rather than after the client's retries
+        hub.check_checkpoint(checkpoint, revision)  # at once, not after the client's retries
         path = Path(hf_hub_download(checkpoint, "config.json", revision=revision))
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
@@ -145,15 +146,13 @@ def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
     config_path: Path | None = None
     try:
         config, config_path = read_config(checkpoint, spec.revision, local)
-    except hub.HubUnreachableError as exc:  # not the model's failure: not a verdict
-        return Plan(spec, checkpoint, fault=str(exc))
     except Exception as exc:
+        fault = faults.of(exc)
+        if fault is not None:  # not the model's failure: not a verdict
+            return Plan(spec, checkpoint, fault=str(fault))
         if spec.runner is None:
-            return Plan(
-                spec,
-                checkpoint,
-                load_error=f"cannot read config.json: {type(exc).__name__}: {exc}",
-            )
+            why = hub.without_hints(f"{type(exc).__name__}: {exc}")
+            return Plan(spec, checkpoint, load_error=f"cannot read config.json: {why}")
         # The runner is known: let from_pretrained meet the problem in run.py.
     if config is not None:
         excluded = exclusion_for(config)

@@ -25,6 +25,7 @@ from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome,
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
+from pytest_neuronsupport.progress import PhaseMarks
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
 from pytest_neuronsupport.settings import Settings
@@ -59,8 +60,10 @@ class Sweep:
 
     # --- where rows go ------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def compiler(self) -> tuple[str, str]:
+        """The pair's compiler and its version, read from package metadata once a sweep (every
+        row and lookup asks for it)."""
         return self.settings.device.compiler(self.settings.backend)
 
     @property
@@ -106,6 +109,12 @@ class Sweep:
         return Budget(self.settings.limit, folder, self.sweep_id)
 
     @cached_property
+    def phases(self) -> PhaseMarks:
+        """The phase file of the model this process runs, for the controller's status."""
+        results, sweep_id = self.settings.results, self.sweep_id
+        return PhaseMarks(lambda model_id: layout.phase_file(results, sweep_id, model_id))
+
+    @cached_property
     def allocator(self) -> CoreAllocator:
         """Leases of this machine's cores of the device, shared by every sweep on it."""
         device = self.settings.device
@@ -127,6 +136,7 @@ class Sweep:
         folder = self.settings.workdir / value
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
+        self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
         return resolve_checkpoint(value, None, self.settings.cache)[0]
 
     # --- what every mode does -----------------------------------------------------------------
@@ -135,7 +145,9 @@ class Sweep:
         """The entry's checkpoint, config and runner (or an exclusion), and with ``sized`` the
         cores it gets (or ``too-large``)."""
         s = self.settings
+        self.phases.mark("plan")  # a zoo model is built here on first use
         planned = plan(spec, s.cache, self.runners)
+        self.phases.mark("preparing")  # the script is next
         if not sized:
             return planned
         return size(
@@ -154,24 +166,31 @@ class Sweep:
         env: Mapping[str, str] | None = None,
         names: tuple[str, str] = ("verdict.json", "output.log"),
         defaults: Mapping[str, str] = RUN_ENV,
+        step: str = "run",
     ) -> Outcome:
         """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
         environment over ``defaults``, the device's, then ``env``; its verdict and log in
         ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
-        of packages imported before the environment's."""
+        of packages imported before the environment's; ``step``: what the status says it runs
+        (a benchmark's configuration...), before the run's own phase."""
         s = self.settings
         environment = {**defaults, **os.environ}
         environment.update(s.device.run_env(s.cache))
         environment.pop(REFERENCE_ENV, None)
         environment.update(env or {})
+        waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
+        self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
         with self.allocator.lease(cores) as lease:
+            log = script.parent / names[1]
+            log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
+            self.phases.mark(step, log=log)
             environment.update(s.device.pin_env(lease.cores))
             request = RunRequest(
                 script=script,
                 cwd=s.workdir,
                 env=environment,
                 verdict_path=script.parent / names[0],
-                log_path=script.parent / names[1],
+                log_path=log,
                 timeout_s=timeout_s or s.timeout_s,
                 max_memory_gb=s.max_memory_gb,
                 cpus=s.device.cpus(lease.cores),

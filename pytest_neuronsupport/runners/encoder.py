@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -77,17 +76,19 @@ class Head:
     kind: str  # the rule's name in the row: mask, span, token, class, score or hidden
     auto_class: Any  # loaded when the checkpoint declares no class transformers defines
     encode: Callable[[Any], dict[str, torch.Tensor]]  # tokenizer → padded inputs
-    outputs: Callable[[Any, dict[str, torch.Tensor], Any], torch.Tensor]  # (out, inputs, tok)
+    outputs: Callable[[Any], torch.Tensor]  # the model's output → what is held to float64
+    rows: Callable[[torch.Tensor, dict[str, torch.Tensor], Any], torch.Tensor]  # → fixed rule's
     describe: Callable[[torch.Tensor, Any, Any, dict[str, torch.Tensor]], str]  # → notes
     check: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, str], Check]  # fp32, bf16, dev
 
     def forward(self, model: Any, encoded: Any, tokenizer: Any, device: str = "cpu") -> Any:
-        """One forward pass; the outputs the check compares, on the CPU in float64."""
+        """One forward pass; the outputs held to float64 (every position, padding too: a wrong
+        number anywhere is the compiler's), on the CPU in float64. The fixed rule and the notes
+        read the head's ``rows`` of them (the mask, the tokens, the span, the class)."""
         takes = inspect.signature(type(model).forward).parameters  # DistilBERT: no token_type_ids
-        moved = {k: v.to(device) for k, v in encoded.items()}  # outputs see all (FNet: no mask)
-        inputs = {k: v for k, v in moved.items() if k in takes}
+        inputs = {k: v.to(device) for k, v in encoded.items() if k in takes}  # rows see all: FNet
         with torch.no_grad():  # not inference_mode: dynamo trips a guard (BigBird, FACTS.md)
-            return self.outputs(model(**inputs), moved, tokenizer).double().cpu()
+            return self.outputs(model(**inputs)).double().cpu()
 
 
 def run_masked_lm(params: dict[str, Any], ops: Any) -> dict[str, Any]:
@@ -99,7 +100,8 @@ MASKED_LM = Head(
     kind="mask",
     auto_class=transformers.AutoModelForMaskedLM,
     encode=lambda tok: encode(tok, SENTENCE.replace(MASKED_WORD, tok.mask_token)),
-    outputs=lambda out, enc, tok: out.logits[0][enc["input_ids"][0] == tok.mask_token_id],
+    outputs=lambda out: out.logits[0],
+    rows=lambda values, enc, tok: values[enc["input_ids"][0] == tok.mask_token_id],
     describe=lambda values, tok, config, enc: (
         "mask: " + repr(tok.decode(values.argmax(-1).tolist()))
     ),
@@ -122,9 +124,8 @@ QUESTION_ANSWERING = Head(
     kind="span",
     auto_class=transformers.AutoModelForQuestionAnswering,
     encode=lambda tok: encode(tok, QUESTION, SENTENCE),
-    outputs=lambda out, enc, tok: torch.stack([out.start_logits[0], out.end_logits[0]])[
-        :, enc["attention_mask"][0].bool()
-    ],
+    outputs=lambda out: torch.stack([out.start_logits[0], out.end_logits[0]]),
+    rows=lambda values, enc, tok: values[:, enc["attention_mask"][0].bool()],
     describe=describe_answer,
     check=functools.partial(compare_predictions, "span"),
 )
@@ -139,7 +140,8 @@ TOKEN_CLASSIFICATION = Head(
     kind="token",
     auto_class=transformers.AutoModelForTokenClassification,
     encode=lambda tok: encode(tok, SENTENCE),
-    outputs=lambda out, enc, tok: out.logits[0][enc["attention_mask"][0].bool()],
+    outputs=lambda out: out.logits[0],
+    rows=lambda values, enc, tok: values[enc["attention_mask"][0].bool()],
     describe=lambda values, tok, config, enc: (
         "labels: " + " ".join(str(config.id2label.get(i, i)) for i in values.argmax(-1).tolist())
     ),
@@ -156,7 +158,8 @@ SEQUENCE_CLASSIFICATION = Head(
     kind="class",
     auto_class=transformers.AutoModelForSequenceClassification,
     encode=lambda tok: encode(tok, SENTENCE),
-    outputs=lambda out, enc, tok: out.logits[0:1],
+    outputs=lambda out: out.logits[0:1],
+    rows=lambda values, enc, tok: values,
     describe=lambda values, tok, config, enc: (
         "class: " + str(config.id2label.get(int(values.argmax(-1)[0]), int(values.argmax(-1)[0])))
     ),
@@ -173,7 +176,8 @@ SCORE = Head(
     kind="score",
     auto_class=transformers.AutoModelForSequenceClassification,
     encode=lambda tok: encode(tok, SENTENCE),
-    outputs=lambda out, enc, tok: out.logits[0:1],
+    outputs=lambda out: out.logits[0:1],
+    rows=lambda values, enc, tok: values,
     describe=lambda values, tok, config, enc: f"score: {float(values.flatten()[0]):.4f}",
     check=lambda fp32, bf16, dev, dtype: compare_scores(fp32, bf16, dev),
 )
@@ -188,9 +192,8 @@ HIDDEN_STATES = Head(
     kind="hidden",
     auto_class=transformers.AutoModel,
     encode=lambda tok: encode(tok, SENTENCE),
-    outputs=lambda out, enc, tok: (
-        out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-    )[0][enc["attention_mask"][0].bool()],
+    outputs=lambda out: (out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0])[0],
+    rows=lambda values, enc, tok: values[enc["attention_mask"][0].bool()],
     describe=lambda values, tok, config, enc: (
         f"hidden states: {values.shape[0]} tokens x {values.shape[1]}"
     ),
@@ -201,22 +204,19 @@ HIDDEN_STATES = Head(
 def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str, Any]:
     """Load, compile, one forward pass; then hold its outputs to the CPU's."""
     with step("load", Result.FAIL_LOAD):
-        tokenizer = load_tokenizer(params)
-        cls, config = head_class(params, head.auto_class)
+        tokenizer, (cls, config) = load_tokenizer(params), head_class(params, head.auto_class)
         encoded = head.encode(tokenizer)
         forward = functools.partial(head.forward, encoded=encoded, tokenizer=tokenizer)
-        started = time.perf_counter()
         ops.reset_peak()
         model = load_pretrained(cls, params, params["dtype"], params["device"])
     with step("forward", Result.FAIL_FORWARD):
         compile_forward(params, model)
-        values = forward(model, device=params["device"])
+        values, model = forward(model, device=params["device"]), None  # the device's copy freed
     ops.synchronize()
-    wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
-    verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb}
-    verdict.update(head=cls.__name__, notes=head.describe(values, tokenizer, config, encoded)[:300])
-    model = None  # free the device's copy before the CPU's loads
-    gc.collect()
+    verdict = {"result": Result.PASS, "hbm_peak_gb": ops.peak_gb()}
+    shown = head.rows(values, encoded, tokenizer)  # what the notes and the fixed rule read
+    verdict.update(head=cls.__name__, notes=head.describe(shown, tokenizer, config, encoded)[:300])
+    gc.collect()  # room for the CPU's copies
     phase("reference")
     reference = functools.partial(cpu_reference, params, cls, forward)
     try:
@@ -227,8 +227,9 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         skipped = f"CPU run failed: {exc!r}"[:500]
     if skipped:
         return {**verdict, "check": {"rule": head.kind, "skipped": skipped}}
-    check = head.check(ref["fp32"], ref["bf16"], values, params["dtype"])  # without float64
-    check = held_to_noise(check, values, ref, params["dtype"])
+    fp32, bf16 = (head.rows(ref[k], encoded, tokenizer) for k in ("fp32", "bf16"))
+    check = head.check(fp32, bf16, shown, params["dtype"])  # the fixed rule, without float64
+    check = held_to_noise(check, values, ref, params["dtype"])  # every position, to float64
     return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 

@@ -93,6 +93,20 @@ def _version_key(text: str | None) -> tuple[int, Any]:
         return (0, text or "")
 
 
+def phases_line(row: Mapping[str, Any]) -> str | None:
+    """Where a row's time went: its phase times (seconds, one decimal) and what its compile
+    cache did (``2 cached, 0 compiled``); None for a row without them."""
+    names = ("load_s", "compile_s", "generate_s", "forward_s", "reference_s")
+    parts = [f"{n.removesuffix('_s')} {row[n]:.1f}s" for n in names if row.get(n) is not None]
+    if not parts:
+        return None
+    cached, fresh = row.get("graphs_cached"), row.get("graphs_compiled")
+    if cached is not None or fresh is not None:
+        known = ("?" if v is None else str(v) for v in (cached, fresh))
+        parts.append("graphs: {} cached, {} compiled".format(*known))
+    return "time: " + ", ".join(parts)
+
+
 def _memory(row: Mapping[str, Any]) -> str:
     peak, capacity = row.get("hbm_peak_gb"), row.get("hbm_capacity_gb")
     if peak is None:
@@ -138,6 +152,8 @@ def lookup(results: Path, model: str) -> list[str]:
                 f"  {pair:<40} {result:<13} cores={row.get('neuron_cores') or '-'} "
                 f"wall={wall} mem={_memory(row)}" + (f"  {why}" if why else "")
             )
+            if (times := phases_line(row)) is not None:
+                lines.append(f"  {'':<40} {times}")
             script = run_py_path(results, pair + _PARQUET, model_id)
             lines.append(f"  {'':<40} run.py: {script if script.is_file() else '(not here)'}")
     return lines

@@ -2,7 +2,9 @@
 
 One block per pair (``<compiler>-<v> / <library>-<v>``) and kind, one line per model and
 configuration. Every timed figure is shown with its spread (``P50 (±stdev)`` or its P99 beside
-it); a configuration flagged ``noisy`` (P99 over twice P50) is marked ``!``. A row without
+it); a configuration flagged ``noisy`` (P99 over twice P50) is marked ``!``, one flagged
+``wide_interval`` (a 95% interval wider than a tenth of its figure) ``~``; the speedup has its
+interval. A row without
 figures (a failed or excluded benchmark) shows its result and why.
 """
 
@@ -31,8 +33,15 @@ def _money(value: object) -> str:
 
 
 def _thr(row: dict[str, Any]) -> str:
-    flag = "!" if row.get("noisy") else ""
+    flag = ("!" if row.get("noisy") else "") + ("~" if row.get("wide_interval") else "")
     return f"{_n(row.get('throughput'))} ±{_n(row.get('throughput_round_stdev'), 1)}{flag}"
+
+
+def _speedup(row: dict[str, Any]) -> str:
+    """``2.00x``, with its 95% interval where the row has one: ``2.00x [1.90-2.10]``."""
+    low, high = row.get("speedup_vs_eager_ci_low"), row.get("speedup_vs_eager_ci_high")
+    interval = "" if low is None or high is None else f" [{_n(low)}-{_n(high)}]"
+    return f"{_n(row.get('speedup_vs_eager'))}x{interval}"
 
 
 _COMMON_HEAD: Sequence[Column] = (
@@ -41,7 +50,7 @@ _COMMON_HEAD: Sequence[Column] = (
 )
 _COMMON_TAIL: Sequence[Column] = (
     ("Cost per 1M", lambda r: _money(r.get("cost_per_million"))),
-    ("vs eager", lambda r: _n(r.get("speedup_vs_eager")) + "x"),
+    ("vs eager", _speedup),
     ("Roofline", lambda r: _n(r.get("roofline_fraction"), 4)),
     ("Compile s", lambda r: _n(r.get("compile_s"))),
     ("Run Mode", lambda r: str(r.get("run_mode") or "-")),
@@ -102,16 +111,33 @@ class Grid:
     header: tuple[str, ...]
     cells: tuple[tuple[str, ...], ...]
 
-    def lines(self) -> list[str]:
-        """The header and the cells, each column padded to its widest text."""
+    def lines(self, width: int | None = None, keep: int = 2) -> list[str]:
+        """The header and the cells, each column padded to its widest text. With ``width``,
+        a table wider than that is wrapped: blocks of the columns that fit, one after another
+        (a blank line between them), each starting with the first ``keep`` columns again."""
         widths = [
             max(len(line[i]) for line in [self.header, *self.cells])
             for i in range(len(self.header))
         ]
-        return [
-            "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-            for line in [self.header, *self.cells]
-        ]
+        blocks: list[list[int]] = [list(range(len(self.header)))]
+        if width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+            blocks = [[]]
+            used = sum(widths[:keep]) + 2 * keep
+            for i in range(keep, len(widths)):
+                if blocks[-1] and used + widths[i] > width:
+                    blocks.append([])
+                    used = sum(widths[:keep]) + 2 * keep
+                blocks[-1].append(i)
+                used += widths[i] + 2
+            blocks = [[*range(min(keep, len(widths))), *block] for block in blocks]
+        out: list[str] = []
+        for block in blocks:
+            out.extend([""] if out else [])
+            out.extend(
+                "  ".join(line[i].ljust(widths[i]) for i in block).rstrip()
+                for line in [self.header, *self.cells]
+            )
+        return out
 
 
 @dataclass(frozen=True)
@@ -150,14 +176,19 @@ def perf_tables(results: Path) -> list[PerfPair]:
     return shown
 
 
-def perf_report(results: Path) -> list[str]:
-    """The lines of the performance tables of every pair under ``results`` (none: one line)."""
+#: The widest line of ``neuronsupport perf`` where the terminal does not say (a pipe, a log).
+WIDTH = 100
+
+
+def perf_report(results: Path, width: int = WIDTH) -> list[str]:
+    """The lines of the performance tables of every pair under ``results`` (none: one line),
+    wrapped to ``width`` columns (:meth:`Grid.lines`)."""
     lines: list[str] = []
     for entry in perf_tables(results):
         lines.append(entry.pair)
         for grid in entry.tables:
             lines.append(f"\n{grid.title}")
-            lines.extend(grid.lines())
+            lines.extend(grid.lines(width))
         if entry.failed:
             lines.append("\nWithout figures")
             lines.extend("  ".join(line) for line in entry.failed)

@@ -1,13 +1,16 @@
 """Benchmark: how fast the compiled model runs one configuration, against eager on the same device.
 
 ``PARAMS`` names the configuration: ``kind`` (``encoder``, ``decoder``, ``encoder-decoder``),
-``batch``, ``seq_len`` (encoders) or ``input_len``/``output_len`` (generation), ``rounds`` timed
-and ``warmup`` untimed rounds. The model is loaded in the run's dtype and its forward compiled;
-the first round (compilation) and the warm-up rounds are timed apart (``compile_s``,
-``warmup_s``); then each timed round is one ``generate`` of exactly ``output_len`` new tokens
-(greedy, static cache, ``min_new_tokens = max_new_tokens``), each step's token time-stamped by a
-streamer as it leaves ``generate``, or one forward pass of ``batch`` sequences of ``seq_len``
-tokens. The eager model (forward no longer compiled) is then timed the same way.
+``batch``, ``seq_len`` (encoders) or ``input_len``/``output_len`` (generation), and ``warmup``
+untimed rounds; timed rounds run until both ``rounds`` of them and ``min_seconds`` of them are
+done, at most ``max_rounds`` (:func:`more_rounds`). The model is loaded in the run's dtype and
+its forward compiled; the first round (compilation) and the warm-up rounds are timed apart
+(``compile_s``, ``warmup_s``); then each timed round is one ``generate`` of exactly
+``output_len`` new tokens (greedy, static cache, ``min_new_tokens = max_new_tokens``), each
+step's token time-stamped by a streamer as it leaves ``generate``, or one forward pass of
+``batch`` sequences of ``seq_len`` tokens. The eager model (forward no longer compiled) is then
+timed the same way. On an accelerator each side's peak memory over its timed rounds is kept
+(``peak_gb``; None on the CPU, whose resident set is the whole process's).
 
 With ``replicas`` > 1 the script launches itself once per core, each copy pinned to one core;
 the copies wait for each other after their warm-up so that their timed rounds run at the same
@@ -72,11 +75,13 @@ def bench(params: dict[str, Any], ops: Any) -> dict[str, Any]:
         eager = time_rounds(params, ops, model, inputs, tokenizer)
     verdict = {
         "result": Result.PASS,
-        "notes": f"{len(compiled['rounds'])} timed rounds compiled and eager",
+        "notes": f"{len(compiled['rounds'])} timed rounds compiled, {len(eager['rounds'])} eager",
         "compile_s": compiled["compile_s"],
         "warmup_s": compiled["warmup_s"],
         "rounds_compiled": compiled["rounds"],
         "rounds_eager": eager["rounds"],
+        "peak_gb": compiled["peak_gb"],
+        "eager_peak_gb": eager["peak_gb"],
         "model": model_facts(model, config),
         # what the timings ran on: a comparison must run with the same
         "threads": torch.get_num_threads(),
@@ -134,8 +139,23 @@ def time_rounds(
         one_round(params, ops, model, inputs, tokenizer)
     warmup_s = time.perf_counter() - started
     barrier("compiled" if compile_first else "eager")
-    rounds = [one_round(params, ops, model, inputs, tokenizer) for _ in range(params["rounds"])]
-    return {"compile_s": compile_s, "warmup_s": warmup_s, "rounds": rounds}
+    accelerator = params["device"] != "cpu"
+    if accelerator:
+        ops.reset_peak()
+    rounds: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    while more_rounds(len(rounds), time.perf_counter() - started, params):
+        rounds.append(one_round(params, ops, model, inputs, tokenizer))
+    peak = ops.peak_gb() if accelerator else None
+    return {"compile_s": compile_s, "warmup_s": warmup_s, "rounds": rounds, "peak_gb": peak}
+
+
+def more_rounds(done: int, elapsed_s: float, params: dict[str, Any]) -> bool:
+    """Whether to time another round: until both ``rounds`` rounds and ``min_seconds`` seconds
+    of them are done (as optimum-benchmark and MLPerf require), never past ``max_rounds``."""
+    if done >= params["max_rounds"]:
+        return False
+    return bool(done < params["rounds"] or elapsed_s < params["min_seconds"])
 
 
 class StepClock(BaseStreamer):

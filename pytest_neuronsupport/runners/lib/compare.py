@@ -4,25 +4,30 @@ Definitions (also in docs/runners.md, "The output check"):
 
 * **Measured noise** (PyTorch's accuracy checker, ``torch._dynamo.utils.same``): the CPU also
   computes the output in float64 (the exact reference) and eagerly in the device's own dtype;
-  the tolerance of a device's error against float64 is ``ACCURACY_MULTIPLE x`` the eager run's
-  error against float64 ``+ ACCURACY_FLOOR`` (the training step's check uses the same
-  constants). The ``check`` JSON's ``fp64`` holds the three numbers (``error_device``,
-  ``error_eager``, ``tolerance``), or says why float64 could not decide (a host too small for
-  the model in float64, a pass that raised, runs whose tokens parted earlier): the fixed rules
+  the device passes when its error against float64 is at most ``ACCURACY_MULTIPLE x`` the
+  eager run's error against float64 ``+ ACCURACY_FLOOR`` (:func:`held`; the training step's
+  check uses the same constants). For a whole output the errors are relative, ``|y - y64| /
+  |y64|`` (norms over the entries finite in float64). The ``check`` JSON's ``fp64`` holds the
+  three numbers (``error_device``, ``error_eager``, ``tolerance``), or says why float64 could
+  not decide (a host too small for the model in float64, a pass that raised): the fixed rules
   below then decide, as before.
+* **Decoder scores, with float64**: the device's scores against float64's at every position
+  the device, float64 and eager runs reached by the same tokens (``positions`` of them: up to
+  and including the first where one parts). Beyond the tolerance: ``N scores ...``, whatever
+  the tokens (logits 1% off whose greedy tokens agree are caught here only).
 * **Near-tie, with float64.** At the first position ``i`` where the tokens differ, ``x`` is the
   float64 run's scores (its tokens before ``i`` being the CPU fp32 run's, so ``x`` is what a
   teacher-forced pass gives), ``c`` its best candidate (among those the CPU did not rule out)
   and ``b`` the device's choice. The device's error is the margin ``x[c] - x[b]`` by which its
   choice falls short of the best in exact arithmetic; the eager run's error is the largest
   ``|(e[c] - e[j]) - (x[c] - x[j])|`` over the candidates ``j`` (``e``: its scores there).
-  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + ACCURACY_FLOOR``.
-  Why the largest margin error and not that of the pair ``(c, b)`` alone: one pair's error is
-  a single sample of the noise, near zero by luck often enough that K times it would call a
-  flip rounding explains wrong; the largest over every candidate covers that pair, is a stable
-  figure of what the dtype does at that position (at most twice the largest error of one
-  score), and, unlike the scores' own error, ignores a shift of them all, which changes no
-  choice.
+  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + ACCURACY_FLOOR``
+  (``check.fp64_margin``). Why the largest margin error and not that of the pair ``(c, b)``
+  alone: one pair's error is a single sample of the noise, near zero by luck often enough
+  that K times it would call a flip rounding explains wrong; the largest over every candidate
+  covers that pair, is a stable figure of what the dtype does at that position (at most twice
+  the largest error of one score), and, unlike the scores' own error, ignores a shift of them
+  all, which changes no choice.
 * **Near-tie, fixed rule** (without float64). Let ``z`` be the CPU fp32 scores at one position,
   ``a`` the CPU's choice and ``b`` the device's; the margin is ``z[a] - z[b]`` and the
   tolerance ``NEAR_TIE_FACTOR * eps(dtype) * max(1, max(|z|))`` (``eps``: bf16 2**-7, fp16
@@ -31,7 +36,7 @@ Definitions (also in docs/runners.md, "The output check"):
 * **Decoder tokens.** Equal to the CPU fp32 tokens → ``Y``. Otherwise the first position where
   they differ decides: a near-tie there → ``~ near-tie ...`` (PASS), else ``N ...``.
 * **Encoders, with float64**: the device passes when the relative error ``|y - y64| / |y64|``
-  (norms over the whole output the head's rule compares: scores or hidden states) is at most
+  (norms over the head's whole output, every position, padding included) is at most
   ``ACCURACY_MULTIPLE x`` the eager run's ``+ ACCURACY_FLOOR`` (:func:`held_to_noise`); its
   ``cpu_match`` is the fixed rule's when that passed too, else ``~ near-tie ...`` (passed) or
   ``N ...``. Without float64, the fixed rules decide:
@@ -78,61 +83,55 @@ class Check:
     near_tie_tolerance: float | None = None
 
 
-def near_tie_tolerance(scores: Tensor, dtype: str) -> float:
-    """The noise level under which two of ``scores`` (one position) count as tied."""
-    scale = torch.cat([scores[torch.isfinite(scores)].double().abs(), torch.ones(1).double()])
-    eps = float(torch.finfo(torch_dtype(dtype)).eps)  # bf16 2^-7, fp16 2^-10, fp32 2^-23
-    return NEAR_TIE_FACTOR * eps * float(scale.max())  # max(1, max |z|)
+def fixed_margin(scores: Tensor, choice: int, other: int, dtype: str) -> tuple[float, float]:
+    """The fixed rule at one position: the margin ``scores[choice] - scores[other]`` in float64
+    (inf if the latter is -inf), and the noise level under which the two count as tied."""
+    z, eps = scores.double(), float(torch.finfo(torch_dtype(dtype)).eps)  # bf16 2^-7, fp32 2^-23
+    margin = float(z[choice] - z[other]) if z[other] > -torch.inf else torch.inf
+    return margin, NEAR_TIE_FACTOR * eps * max(1.0, float(z.nan_to_num(0, 0, 0).abs().max()))
 
 
-def margin_at(scores: Tensor, cpu_choice: int, device_choice: int) -> float:
-    """``scores[cpu_choice] - scores[device_choice]`` in float64 (inf if the latter is -inf)."""
-    a, b = float(scores[cpu_choice].double()), float(scores[device_choice].double())
-    return float("inf") if b == float("-inf") else a - b
+def near_tie(where: str, margin: float, tol: float, dtype: str, **check: Any) -> Check:
+    """The check of a difference at ``where``: passed when it is a near-tie (and ``off``, why
+    it fails all the same, is empty)."""
+    ok, off = margin <= tol, check.pop("off", "")
+    words = f"at {where}: margin {margin:.4g} {'<=' if ok else '>'} tolerance {tol:.4g}"
+    text = off if ok and off else f"{'~ near-tie' if ok else 'N'} {words} ({dtype})"
+    return Check(ok and not off, text, **check, divergence_margin=margin, near_tie_tolerance=tol)
 
 
-def near_tie(where: str, margin: float, tolerance: float, dtype: str, **check: Any) -> Check:
-    """The check of a difference at ``where``: passed when it is a near-tie."""
-    tied = margin <= tolerance
-    words = f"at {where}: margin {margin:.4g} {'<=' if tied else '>'} tolerance {tolerance:.4g}"
-    text = f"{'~ near-tie' if tied else 'N'} {words} ({dtype})"
-    return Check(tied, text, **check, divergence_margin=margin, near_tie_tolerance=tolerance)
-
-
-def compare_tokens(
-    ref: list[int], ref_scores: Tensor, dev: list[int], dtype: str, noise: Any = None
-) -> Check:
-    """Decoder rule: the device's new tokens against the CPU fp32 run's.
-
-    ``ref_scores`` is ``[steps, vocab]``: the scores the CPU's greedy search chose from.
-    ``noise``, the reference's: its ``fp64`` and ``eager`` greedy runs, each ``(tokens,
-    scores)`` (else ``fp64_unavailable``, why not): see the module for the rule.
-    """
-    details: dict[str, Any] = {"rule": "tokens", "dtype": dtype, "reference_tokens": list(ref)}
-    details.update(tokens_reference=len(ref), tokens_device=len(dev))
-    if list(dev) == list(ref):
-        return Check(True, "Y", details)
-    shorter = min(len(ref), len(dev))
-    i = next((k for k, (a, b) in enumerate(zip(ref, dev, strict=False)) if a != b), shorter)
-    details["first_divergence"] = i
-    if i >= min(shorter, len(ref_scores)):
-        details["stopped_early"] = "device" if len(dev) < len(ref) else "CPU"
-        text = f"N at token {i}: the {details['stopped_early']} run stopped early"
-        return Check(False, text, details, first_divergence=i)
-    scores = ref_scores[i]
-    margin, tolerance = margin_at(scores, ref[i], dev[i]), near_tie_tolerance(scores, dtype)
-    details.update(cpu_token=ref[i], device_token=dev[i], margin_fp32=margin)
-    details["max_abs_score"] = float(scores[torch.isfinite(scores)].abs().max())
-    runs = [(noise or {}).get(k, ([], None)) for k in ("fp64", "eager")]
-    details["fp64"] = (noise or {}).get("fp64_unavailable", f"no float64 scores at token {i}")
-    if margin < float("inf") and all(len(t) > i and list(t[:i]) == ref[:i] for t, _ in runs):
-        x, d = runs[0][1][i], runs[1][1][i] - runs[0][1][i]  # d: the eager run's error
-        best = int(torch.where(torch.isfinite(scores), x, -torch.inf).argmax())
+def compare_tokens(ref: dict[str, Any], dev: Any, dtype: str) -> Check:
+    """Decoder rule: the device's new tokens and scores (``dev``; scores ``[steps, vocab]``, or
+    None) against the reference's: the CPU fp32 greedy run's ``tokens`` and ``scores`` (what it
+    chose from), its ``fp64`` and ``eager`` runs, each ``(tokens, scores)`` (else
+    ``fp64_unavailable``, why not): see the module for the rule."""
+    (want, got), runs = (ref["tokens"], dev[0]), [dev, ref.get("fp64"), ref.get("eager")]
+    details: dict[str, Any] = dict(rule="tokens", dtype=dtype, tokens_reference=len(want))
+    details.update(reference_tokens=want, tokens_device=len(got), fp64=ref.get("fp64_unavailable"))
+    shorter, off = min(len(want), len(got)), ""  # off: why the scores fail, if they do
+    i = next((k for k, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), shorter)
+    if None not in runs and dev[1] is not None:  # the scores where all runs had the same tokens
+        n = min(len(s) for _, s in runs)
+        n = next((k + 1 for k in range(n) if len({t[k] for t, _ in runs}) > 1), n)
+        (ok, details["fp64"]), details["positions"] = held(*(s[:n] for _, s in runs)), n
+        said = "N scores at tokens 0-{}: error to fp64 {error_device:.4g} > {tolerance:.4g}"
+        off = "" if ok else said.format(n - 1, **details["fp64"])  # N, whatever the tokens
+    if list(got) == list(want):
+        return Check(not off, off or "Y", details)
+    if i >= min(shorter, len(ref["scores"])):
+        stopped = details["stopped_early"] = "device" if len(got) < len(want) else "CPU"
+        return Check(False, f"N at token {i}: the {stopped} run stopped early", details, i)
+    margin, tol = fixed_margin(ref["scores"][i], want[i], got[i], dtype)
+    details.update(cpu_token=want[i], device_token=got[i], margin_fp32=margin)
+    details.update(tolerance_fp32=tol, fp64_margin=f"no float64 scores at token {i}")
+    if margin < float("inf") and details.get("positions", 0) > i:  # all runs reached i alike
+        x, d = runs[1][1][i], runs[2][1][i] - runs[1][1][i]  # d: the eager run's error
+        best = int(torch.where(torch.isfinite(ref["scores"][i]), x, -torch.inf).argmax())
         eager = float((d - d[best]).nan_to_num(0.0, 0.0, 0.0).abs().max())
-        margin, tolerance = float(x[best] - x[dev[i]]), ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
-        details["fp64"] = dict(error_device=margin, error_eager=eager, tolerance=tolerance)
-    details.update(margin=margin, tolerance=tolerance)
-    return near_tie(f"token {i}", margin, tolerance, dtype, check=details, first_divergence=i)
+        margin, tol = float(x[best] - x[got[i]]), ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
+        details["fp64_margin"] = dict(error_device=margin, error_eager=eager, tolerance=tol)
+    details.update(margin=margin, tolerance=tol)
+    return near_tie(f"token {i}", margin, tol, dtype, check=details, first_divergence=i, off=off)
 
 
 def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str) -> Check:
@@ -149,9 +148,7 @@ def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtyp
     if pdev == p16:
         return Check(True, "Y (CPU bf16)", {**details, "matched": "cpu_bf16"})
     differing = [r for r, (a, b) in enumerate(zip(p32, pdev, strict=True)) if a != b]
-    margins = [margin_at(fp32[r], p32[r], pdev[r]) for r in differing]
-    tolerances = [near_tie_tolerance(fp32[r], dtype) for r in differing]  # each > 0
-    found = zip(margins, tolerances, differing, strict=True)
+    found = [(*fixed_margin(fp32[r], p32[r], pdev[r], dtype), r) for r in differing]
     margin, tolerance, row = max(found, key=lambda m: m[0] / m[1])  # the farthest from a tie
     name = f"{what} {('start', 'end')[row] if what == 'span' else row}"
     details.update(differing=differing, worst=name, margin=margin, tolerance=tolerance)
@@ -198,17 +195,23 @@ def compare_hidden(fp32: Tensor, bf16: Tensor, device: Tensor) -> Check:
     )
 
 
+def held(device: Tensor, exact: Tensor, eager: Tensor) -> tuple[bool, dict[str, float]]:
+    """The rule, once: whether the device's relative error ``|y - y64| / |y64|`` (norms over
+    the entries finite in float64) is at most K x the eager run's + the floor; the numbers."""
+    keep, scale = torch.isfinite(exact), exact[torch.isfinite(exact)].norm().clamp(min=1e-30)
+    error, noise = (float((t - exact)[keep].norm() / scale) for t in (device, eager))
+    tolerance = ACCURACY_MULTIPLE * noise + ACCURACY_FLOOR  # a NaN or inf of the device's fails
+    return error <= tolerance, dict(error_device=error, error_eager=noise, tolerance=tolerance)
+
+
 def held_to_noise(check: Check, device: Tensor, ref: dict[str, Any], dtype: str) -> Check:
-    """An encoder's outputs against float64, deciding where the reference has it: their relative
-    error ``|x - x64| / |x64|`` (norms over the whole output) at most K x the eager run's + the
-    floor; else ``check`` (the fixed rule) decides, and ``fp64`` says why."""
+    """An encoder's outputs against float64, deciding where the reference has it (:func:`held`,
+    norms over the whole output); else ``check`` (the fixed rule) decides, ``fp64`` says why."""
     if "fp64" not in ref:
         check.check["fp64"] = f"{ref.get('fp64_unavailable')}: the fixed rule decided"
         return check
-    exact, scale = ref["fp64"], max(float(ref["fp64"].norm()), 1e-30)
-    error, eager = (float((t.double() - exact).norm()) / scale for t in (device, ref["eager"]))
-    tolerance = ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
-    check.check["fp64"] = dict(error_device=error, error_eager=eager, tolerance=tolerance)
-    ok, words = error <= tolerance, f"error to fp64 {error:.4g} vs eager {dtype}'s {eager:.4g}"
+    ok, check.check["fp64"] = held(device.double(), ref["fp64"], ref["eager"].double())
+    error, eager, tolerance = check.check["fp64"].values()
+    words = f"error to fp64 {error:.4g} vs eager {dtype}'s {eager:.4g}"
     text = (check.cpu_match if check.passed else f"~ near-tie: {words}") if ok else f"N {words}"
     return Check(ok, text, check.check, check.first_divergence, error, tolerance)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 
 from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
-from pytest_neuronsupport.runners.lib.protocol import write_verdict
+from pytest_neuronsupport.runners.lib.protocol import PHASES, write_verdict
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
 
 
@@ -46,12 +47,17 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
 
 def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:
     """Set the device up and run the model, its graphs and graph breaks counted; a classified
-    failure becomes the verdict, with where it was raised."""
+    failure becomes the verdict, with where it was raised. With it, what the row's phase times
+    are made of (:func:`~pytest_neuronsupport.runners.lib.protocol.phase_times`): when each
+    phase began, and the end; dynamo's own accounting of its compile times (the seconds of each
+    frame it compiled, ``_compile.compile_inner``: tracing, lowering, the backend's compile) and
+    its counters (inductor's FX graph cache's hits and misses)."""
     torch.manual_seed(0)
-    ops = ops_class()  # sets the device up
-    count = GraphCount(params["backend"])
+    ops, count = ops_class(), GraphCount(params["backend"])  # the first sets the device up
     try:
         verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
         verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
-    return None if verdict is None else {**verdict, **count.fields(failure)}
+    marks, utils = [*PHASES, ("", time.perf_counter())], torch._dynamo.utils
+    times = dict(phases=marks, dynamo=utils.compilation_time_metrics, counters=utils.counters)
+    return None if verdict is None else {**verdict, **count.fields(failure), **times}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import gc
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +65,7 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     verdict.update(ref["info"])
     if not ref["info"]["reference_reproducible"]:
         return unchecked(verdict, "the CPU reference is not reproducible")
-    check = compare_tokens(ref["tokens"], ref["scores"], verdict["tokens"], params["dtype"], ref)
+    check = compare_tokens(ref, (verdict["tokens"], verdict.pop("scores")), params["dtype"])
     return {**verdict, **vars(check), "result": Result.PASS if check.passed else Result.FAIL_OUTPUT}
 
 
@@ -84,23 +83,22 @@ def generate_on_ranks(params: dict[str, Any], ops: Any, gen: Generation, shardin
 
 
 def generate(params: dict[str, Any], ops: Any, gen: Generation, load: Any, device: str) -> Any:
-    """Load (timed, peak memory counted), compile and generate: the verdict so far."""
-    started = time.perf_counter()
+    """Load (peak memory counted), compile and generate: the verdict so far."""
     ops.reset_peak()
     with step("load", Result.FAIL_LOAD):
         model = load()
     with step("gen", Result.FAIL_GEN):
         compile_forward(params, model, *gen.extra_compiled(model))
-        tokens, _ = greedy(model, gen, device)
+        tokens, scores = greedy(model, gen, device)
     ops.synchronize()
     text = gen.tokenizer.decode(tokens, skip_special_tokens=True)
-    wall_s, peak_gb = round(time.perf_counter() - started, 3), ops.peak_gb()
-    verdict = {"result": Result.PASS, "wall_s": wall_s, "hbm_peak_gb": peak_gb, "tokens": tokens}
-    return {**verdict, "notes": text[:300], "text": text}
+    verdict = {"result": Result.PASS, "hbm_peak_gb": ops.peak_gb(), "tokens": tokens}
+    return {**verdict, "notes": text[:300], "text": text, "scores": scores}  # scores: the check's
 
 
 def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.Tensor]:
-    """32 greedy new tokens with a static cache, and the scores each was chosen from."""
+    """32 greedy new tokens with a static cache, and the scores each was chosen from (with
+    ``disable_compile``: forward was compiled already, with the run's backend)."""
     dtype, items = next(model.parameters()).dtype, gen.inputs.items()
     inputs = {k: v.to(device, dtype if v.is_floating_point() else v.dtype) for k, v in items}
     chunked = gen.prefill_chunk and inputs["input_ids"].shape[-1] > gen.prefill_chunk
@@ -108,9 +106,8 @@ def greedy(model: Any, gen: Generation, device: str) -> tuple[list[int], torch.T
     with torch.no_grad():  # not inference_mode: sharded (DTensor) weights need version counters
         out = model.generate(
             **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, cache_implementation="static",
-            disable_compile=True,  # we compiled forward ourselves, with the chosen backend
-            output_scores=True, return_dict_in_generate=True,
-            pad_token_id=gen.tokenizer.pad_token_id, **chunking,
+            disable_compile=True, return_dict_in_generate=True,  # we compiled forward ourselves
+            output_scores=True, pad_token_id=gen.tokenizer.pad_token_id, **chunking,
         )  # fmt: skip
     scores = torch.stack([s[0] for s in out.scores]).double().cpu()
     return out.sequences[0, out.sequences.shape[1] - len(scores) :].tolist(), scores
@@ -125,8 +122,7 @@ def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
     a teacher-forced pass wherever its tokens before it are the reference's (which the check
     verifies; else the fixed rule decides)."""
     model = load_pretrained(gen.model_class, params, "float32", "cpu")
-    tokens, scores = greedy(model, gen, "cpu")
-    again, scores_again = greedy(model, gen, "cpu")
+    (tokens, scores), (again, scores_again) = (greedy(model, gen, "cpu") for _ in range(2))
     same_shape = scores.shape == scores_again.shape
     difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
     info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
@@ -146,6 +142,6 @@ def load_sharded(model_class: Any, params: dict[str, Any], sharding: dict[str, A
 
 def unchecked(verdict: dict[str, Any], why: str) -> dict[str, Any]:
     """The CPU comparison did not run (``why``): an English judge, if one is set, decides."""
-    verdict["check"] = {"rule": "english", "cpu_comparison": why}
-    verdict["check"]["judge"] = "none configured: the output check could not run"
-    return verdict
+    verdict.pop("scores", None)  # the device's scores: only the CPU comparison reads them
+    judge = "none configured: the output check could not run"
+    return {**verdict, "check": {"rule": "english", "cpu_comparison": why, "judge": judge}}

@@ -1,18 +1,22 @@
 """What a run and the plugin say to each other: the results, the marks a run prints, its verdict.
 
 A run prints ``[neuronsupport] phase: <name>`` before each phase (load, gen, forward, reference,
-judge), so that a run that dies can be placed, and ends by writing its verdict, a JSON object
-whose keys are row columns (``result``, ``notes``, ``cpu_match``...) or details that go into the
-row's ``check`` column, to the file named by ``--result PATH``, and on its last lines of output
-after ``[neuronsupport] verdict:``.
+judge), so that a run that dies can be placed, and keeps when each began (:data:`PHASES`, of
+which the plugin makes the row's phase times: :func:`phase_times`). It ends by writing its
+verdict, a JSON object whose keys are row columns (``result``, ``notes``, ``cpu_match``...) or
+details that go into the row's ``check`` column, to the file named by ``--result PATH``, and on
+its last lines of output after ``[neuronsupport] verdict:``.
 
 Standard library only: the plugin imports this module without importing torch.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -24,6 +28,8 @@ VERDICT_MARK = "[neuronsupport] verdict:"
 REFERENCE_ENV = "NEURONSUPPORT_REFERENCE"
 #: The dtypes a run may use, by their torch names.
 DTYPES = ("bfloat16", "float16", "float32")
+#: When each phase of this run began, in order: ``(name, time.perf_counter())``.
+PHASES: list[tuple[str, float]] = []
 
 
 class Result(StrEnum):
@@ -40,9 +46,29 @@ class Result(StrEnum):
 
 
 def phase(name: str) -> None:
-    """Announce a phase (rank 0 only, on several cores)."""
+    """Announce a phase (rank 0 only, on several cores), and note when it began."""
+    PHASES.append((name, time.perf_counter()))
     if os.environ.get("RANK", "0") == "0":
         print(f"{PHASE_MARK} {name}", flush=True)
+
+
+def phase_times(marks: Sequence[Sequence[Any]], compile_s: float) -> dict[str, float | None]:
+    """A support row's phase times in seconds, from a run's marks (``[phase, began]`` for each
+    phase in order, then ``["", ended]``, on one clock: :data:`PHASES`) and dynamo's compile
+    time: ``load_s``; ``compile_s``; ``generate_s`` (phase ``gen``) or ``forward_s``, each less
+    ``compile_s`` (dynamo compiles on a compiled call's first run, in those phases);
+    ``reference_s``; and ``wall_s``, from the first mark to the last. What they leave of
+    ``wall_s`` is the judge's phase and the moments between phases."""
+    if len(marks) < 2:
+        return {}
+    spent: dict[str, float] = {}
+    for (name, start), (_, end) in itertools.pairwise(marks):
+        spent[name] = spent.get(name, 0.0) + end - start
+    run = {"generate_s": spent.get("gen"), "forward_s": spent.get("forward")}
+    times = {k: v if v is None else v - compile_s for k, v in run.items()}
+    times.update(load_s=spent.get("load"), compile_s=compile_s, reference_s=spent.get("reference"))
+    times["wall_s"] = marks[-1][1] - marks[0][1]
+    return {k: v if v is None else round(v, 3) for k, v in times.items()}
 
 
 def first_line(text: str | None, limit: int = 300) -> str:

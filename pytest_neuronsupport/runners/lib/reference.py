@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -25,15 +26,12 @@ from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
 def cached_reference(compute: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
     """The CPU reference, from its file if there is one; and whether it came from there."""
     path = os.environ.get(REFERENCE_ENV)
-    if path and os.path.exists(path):
-        try:
-            return torch.load(path, weights_only=True), True
-        except Exception:
-            os.unlink(path)  # a damaged file: computed again
-    value = compute()
+    with suppress(Exception):  # none named, none yet, or a damaged one: computed (and replaced)
+        return torch.load(path, weights_only=True), True  # type: ignore[arg-type]
+    value, part = compute(), f"{path}.{os.getpid()}.tmp"
     if path:
-        torch.save(value, f"{path}.{os.getpid()}.tmp")
-        os.replace(f"{path}.{os.getpid()}.tmp", path)
+        torch.save(value, part)
+        os.replace(part, path)
     return value, False
 
 

@@ -1,0 +1,123 @@
+"""Where a run's time went: the phase times of a support row, and what its compile cache did.
+
+Unit tests of the pieces: the plugin's columns made of what a run reports, and the devices'
+reading of the compile cache (Neuron's with a NEFF cache folder made here, standing in for
+TorchNeuron's). What runs report is held in the sweeps that make their rows: every runner's in
+the tiny list's sweep, and the compile cache cold then warm in
+``test_a_warm_compile_cache_serves_the_graphs`` (test_sweep.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, PHASE_COLUMNS
+from pytest_neuronsupport.devices import DEVICES
+from pytest_neuronsupport.modes.support import timed
+from pytest_neuronsupport.runners.lib.protocol import phase_times
+
+#: A decoder's marks: the tokenizer's load, the model's, generation, the reference, the end.
+DECODER = [["load", 10.0], ["load", 10.5], ["gen", 12.0], ["reference", 20.0], ["", 21.0]]
+
+
+def test_the_phase_times_add_up_to_the_whole_run() -> None:
+    times = phase_times(DECODER, compile_s=6.0)
+    assert times == {
+        "load_s": 2.0,  # both loads
+        "compile_s": 6.0,
+        "generate_s": 2.0,  # the gen phase (8 s) less the compiling done in it
+        "forward_s": None,
+        "reference_s": 1.0,
+        "wall_s": 11.0,
+    }
+    parts = sum(times[k] or 0.0 for k in PHASE_COLUMNS)
+    assert parts == pytest.approx(times["wall_s"])
+
+
+def test_an_encoder_has_a_forward_time_and_a_judge_is_the_remainder() -> None:
+    marks = [["load", 0.0], ["forward", 1.0], ["reference", 4.0], ["judge", 4.5], ["", 7.0]]
+    times = phase_times(marks, compile_s=2.5)
+    assert times["forward_s"] == 0.5 and times["generate_s"] is None
+    assert times["wall_s"] == 7.0 and times["reference_s"] == 0.5
+    assert times["wall_s"] - sum(times[k] or 0.0 for k in PHASE_COLUMNS) == pytest.approx(2.5)
+
+
+def test_a_run_that_failed_loading_has_its_load_time_alone() -> None:
+    times = phase_times([["load", 3.0], ["", 3.25]], compile_s=0.0)
+    assert times["load_s"] == 0.25 and times["wall_s"] == 0.25
+    assert times["generate_s"] is None and times["reference_s"] is None
+    assert phase_times([["", 1.0]], 0.0) == {}  # no phase began: nothing to say
+
+
+def test_the_plugin_makes_columns_of_what_a_run_reported() -> None:
+    counters = {"inductor": {"fxgraph_cache_hit": 3, "fxgraph_cache_miss": 1, "other": 9}}
+    verdict = {"result": "PASS", "phases": DECODER, "dynamo": {"_compile.compile_inner": [4, 2]}}
+    fields = timed({**verdict, "counters": counters}, DEVICES["cpu"], files_added=0)
+    assert fields == {
+        "result": "PASS",
+        **phase_times(DECODER, 6.0),
+        "graphs_cached": 3,
+        "graphs_compiled": 1,
+    }
+    assert timed(None, DEVICES["cpu"], 0) is None  # no verdict: the run's wall time only
+    assert timed({"result": "FAIL(other)"}, DEVICES["cpu"], 0) == {"result": "FAIL(other)"}
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda"])
+def test_inductors_fx_graph_cache_says_what_was_cached_and_compiled(name: str) -> None:
+    device = DEVICES[name]
+    assert device.graphs({"fxgraph_cache_miss": 2, "fxgraph_cache_bypass": 1}, 0) == {
+        "graphs_cached": 0,
+        "graphs_compiled": 3,
+    }
+    assert device.graphs({"fxgraph_cache_hit": 2}, 0) == {"graphs_cached": 2, "graphs_compiled": 0}
+    # no graph went through the cache (aot_eager, or nothing compiled): not known
+    assert device.graphs({}, 5) == {"graphs_cached": None, "graphs_compiled": None}
+    assert device.cache_files(Path("/nonexistent")) == frozenset()
+
+
+@pytest.fixture
+def neff_cache_for_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A NEFF cache as TorchNeuron leaves one (a folder of modules, a NEFF in each), standing
+    in for the runtime's, at the sweep's cache folder's default place."""
+    monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR", raising=False)
+    folder = tmp_path / "neff" / "neuronxcc-2.0" / "MODULE_1"
+    folder.mkdir(parents=True)
+    (folder / "model.neff").write_bytes(b"neff")
+    (folder / "compile_flags.txt").write_text("--model-type=transformer")
+    return tmp_path
+
+
+def test_on_neuron_the_neffs_a_run_added_are_its_fresh_compiles(neff_cache_for_tests: Path) -> None:
+    neuron = DEVICES["neuron"]
+    before = neuron.cache_files(neff_cache_for_tests)
+    assert [Path(p).name for p in before] == ["model.neff"]
+    module = neff_cache_for_tests / "neff" / "neuronxcc-2.0" / "MODULE_2"
+    module.mkdir()
+    (module / "model.neff").write_bytes(b"neff")
+    added = len(neuron.cache_files(neff_cache_for_tests) - before)
+    assert added == 1
+    # TorchNeuron does not say what it served from its cache: cached is not known
+    assert neuron.graphs({}, added) == {"graphs_cached": None, "graphs_compiled": 1}
+    assert neuron.graphs({}, 0) == {"graphs_cached": None, "graphs_compiled": 0}  # all cached
+    # under inductor on a Neuron machine, inductor's own counters
+    assert neuron.graphs({"fxgraph_cache_hit": 1}, 0) == {"graphs_cached": 1, "graphs_compiled": 0}
+
+
+def test_every_phase_column_is_documented() -> None:
+    for name in (*PHASE_COLUMNS, "graphs_cached", "graphs_compiled", "wall_s"):
+        assert name in COLUMN_DOCS
+
+
+def test_lookup_says_where_a_rows_time_went() -> None:
+    from pytest_neuronsupport.views.lookup import phases_line
+
+    row = {"load_s": 0.3, "compile_s": 9.19, "generate_s": 0.27, "forward_s": None}
+    row.update(reference_s=0.008, graphs_cached=2, graphs_compiled=0)
+    assert phases_line(row) == (
+        "time: load 0.3s, compile 9.2s, generate 0.3s, reference 0.0s, graphs: 2 cached, 0 compiled"
+    )
+    assert phases_line({"load_s": 1.0, "graphs_cached": None}) == "time: load 1.0s"
+    assert phases_line({"wall_s": 3.0}) is None  # a row of a file before the phase times
