@@ -147,13 +147,13 @@ def bound_cache(
     revisions) until it fits, or none of them is left. Nothing else is touched (a model still
     to run, the judge, repos the sweep did not download). Returns ``(repo id, bytes)`` of each
     evicted, in order."""
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
 
     done = set(done)
     if not done:
         return []
-    try:
-        info = scan_cache_dir(cache_dir)
+    try:  # the client's cache as now set (scan_cache_dir's own default is the one at import)
+        info = scan_cache_dir(cache_dir or constants.HF_HUB_CACHE)
     except Exception:  # no cache yet (CacheNotFound), or one being written: next time
         return []
     size = info.size_on_disk

@@ -148,9 +148,9 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 @pytest.fixture(scope="session")
 def plain_sweep(sweep_folder: Callable[..., SweepRunner], request: pytest.FixtureRequest) -> Sweep:
     """One aot_eager sweep of models outside the tiny list: checkpoints excluded before they
-    run (quantized, remote code; first, so the quantized one is ``models.toml:1``), one that
-    cannot load, a Hub id not on this machine, the real MiniLM from its package (when it is
-    installed), and the expert-parallel runner on one core."""
+    run (quantized, remote code; first), one that cannot load, a Hub id not on this machine,
+    the real MiniLM from its package (when it is installed), and the expert-parallel runner on
+    one core."""
     start_timeouts(request)
     runner = sweep_folder("plain")
     entries: list[dict[str, Any]] = [

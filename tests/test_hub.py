@@ -203,9 +203,11 @@ def test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions(
             "org/llama, org/bert"
         ]
     )
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
 
-    assert not {r.repo_id for r in scan_cache_dir().repos} & {"org/llama", "org/bert"}
+    # the sweep's cache, the minihub fixture's (scan_cache_dir's default is the one at import)
+    kept = {r.repo_id for r in scan_cache_dir(constants.HF_HUB_CACHE).repos}
+    assert not kept & {"org/llama", "org/bert"}
     llama_row, bert_row = done.row("org/llama"), done.row("org/bert")
     assert (llama_row["result"], llama_row["revision"], llama_row["selection_rank"]) == (
         "PASS",

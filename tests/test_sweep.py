@@ -251,7 +251,7 @@ def test_quantized_and_remote_code_checkpoints_are_excluded(plain_sweep: Sweep) 
     rows = [done.row(m) for m in excluded]
     assert all(r["result"] == "EXCLUDED" and r["run_py"] is None for r in rows)
     done.result.stdout.fnmatch_lines(
-        ["EXCLUDED *models.toml:1: EXCLUDED (quantized): quantized checkpoint (quant_method gptq)"]
+        ["EXCLUDED *models.toml::acme/quantized: EXCLUDED (quantized): quantized checkpoint*"]
     )
 
 
