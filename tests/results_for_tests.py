@@ -21,6 +21,21 @@ from pytest_neuronsupport.dataset.schema import validate_row
 T0 = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.UTC)
 
 
+def perf_row(
+    model_id: str, configuration: str, *, tested_at: dt.datetime = T0, **more: Any
+) -> dict[str, Any]:
+    """A passed encoder's performance row of ``model_id`` at ``configuration``: the keys every
+    perf row has, and ``more``."""
+    return {
+        "model_id": model_id,
+        "configuration": configuration,
+        "kind": "encoder",
+        "result": "PASS",
+        "tested_at": tested_at,
+        **more,
+    }
+
+
 def result_row(
     model_id: str,
     result: str = "PASS",

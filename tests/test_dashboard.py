@@ -24,7 +24,7 @@ from pytest_neuronsupport.views.dashboard import (
     history,
     page_dashboard,
 )
-from tests.results_for_tests import T0, pair_of, result_row, write_results
+from tests.results_for_tests import pair_of, perf_row, result_row, write_results
 from tests.test_shared import BUCKET, s3  # noqa: F401 (moto's S3 server: a fixture)
 
 OLD = "inductor-2.9.1 / transformers-5.24.0"
@@ -51,24 +51,13 @@ def _support_rows() -> list[dict[str, Any]]:
     ]
 
 
-def _perf_row(model_id: str, configuration: str, **more: Any) -> dict[str, Any]:
-    return {
-        "model_id": model_id,
-        "configuration": configuration,
-        "kind": "encoder",
-        "result": "PASS",
-        "tested_at": T0,
-        **more,
-    }
-
-
 def _perf_rows() -> dict[str, list[dict[str, Any]]]:
     new = "inductor-2.13.0/transformers-5.24.0.parquet"
     old = "inductor-2.9.1/transformers-5.24.0.parquet"
     return {
         new: [
             # org/a: two configurations, 2x and 8x: 4x for the model
-            _perf_row(
+            perf_row(
                 "org/a",
                 "b1-s128-dp1",
                 speedup_vs_eager=2.0,
@@ -77,7 +66,7 @@ def _perf_rows() -> dict[str, list[dict[str, Any]]]:
                 peak_gb=2.0,
                 eager_peak_gb=1.0,
             ),
-            _perf_row(
+            perf_row(
                 "org/a",
                 "b8-s128-dp1",
                 speedup_vs_eager=8.0,
@@ -85,7 +74,7 @@ def _perf_rows() -> dict[str, list[dict[str, Any]]]:
                 peak_gb=3.0,
                 eager_peak_gb=1.5,
             ),
-            _perf_row(
+            perf_row(
                 "org/b",
                 "b1-s128-dp1",
                 speedup_vs_eager=1.0,
@@ -95,11 +84,11 @@ def _perf_rows() -> dict[str, list[dict[str, Any]]]:
                 eager_peak_gb=2.0,
             ),
             # a figure whose interval is too wide: left out of the geomean
-            _perf_row("org/c", "b1-s128-dp1", speedup_vs_eager=100.0, wide_interval=True),
-            _perf_row("org/e", "b1-s128-dp1", result="FAIL(gen)", speedup_vs_eager=None),
+            perf_row("org/c", "b1-s128-dp1", speedup_vs_eager=100.0, wide_interval=True),
+            perf_row("org/e", "b1-s128-dp1", result="FAIL(gen)", speedup_vs_eager=None),
         ],
         # an older file: no wide_interval, no peak columns
-        old: [_perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=1.5, compile_s=12.0)],
+        old: [perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=1.5, compile_s=12.0)],
     }
 
 
@@ -244,7 +233,7 @@ def test_a_pair_with_only_performance_rows_has_a_column(tmp_path: Path) -> None:
     with Journal(tmp_path) as journal:
         journal.append(
             "neuron-2.1.0/transformers-5.24.0.parquet",
-            _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=3.0),
+            perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=3.0),
             PERF,
         )
     assert merge_journals(tmp_path).ok
@@ -258,8 +247,8 @@ def test_figures_that_are_not_numbers_make_no_figure(tmp_path: Path) -> None:
     pair = "inductor-2.13.0/transformers-5.24.0.parquet"
     with Journal(tmp_path) as journal:
         for row in (
-            _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=float("nan"), compile_s=None),
-            _perf_row("org/b", "b1-s128-dp1", speedup_vs_eager=0.0, peak_gb=1.0, eager_peak_gb=0.0),
+            perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=float("nan"), compile_s=None),
+            perf_row("org/b", "b1-s128-dp1", speedup_vs_eager=0.0, peak_gb=1.0, eager_peak_gb=0.0),
         ):
             journal.append(pair, row, PERF)
     assert merge_journals(tmp_path).ok
@@ -350,7 +339,7 @@ def test_the_command_reads_a_dataset_on_s3_through_its_local_copy(
     support = [result_row("org/a", compile_s=5.0), result_row("org/c", "FAIL(load)")]
     for number, row in enumerate(support):
         shared.publish("sweep", number, pair_of(row), row)
-    bench = _perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=2.0)
+    bench = perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=2.0)
     shared.publish("bench", 0, pair_of(support[0]), bench, PERF)
     assert not shared.merge().problems
     monkeypatch.setenv("NEURONSUPPORT_CACHE", str(tmp_path / "cache"))

@@ -35,6 +35,7 @@ from pytest_neuronsupport.runners.lib.measures import (
     spread,
 )
 from pytest_neuronsupport.views.perf import COLUMNS, perf_report, perf_tables
+from tests.results_for_tests import perf_row
 from tests.sweeping import SweepRunner
 
 PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"
@@ -208,24 +209,17 @@ def test_bootstrap_intervals_hold_the_figure_are_fixed_by_their_seed_and_flag_wi
     assert other[0] <= 1e3 * statistics.fmean(r["latency_s"] for r in steady) <= other[1]
 
 
-def _perf_row(model_id: str, configuration: str, **more: Any) -> dict[str, Any]:
-    return {
-        "model_id": model_id,
-        "configuration": configuration,
-        "kind": "encoder",
-        "result": "PASS",
-        "tested_at": datetime.now(UTC),
-        **more,
-    }
-
-
 def test_perf_rows_journal_and_merge_by_model_and_configuration(tmp_path: Path) -> None:
     with Journal(tmp_path) as journal:
         for batch in (1, 16):
-            row = _perf_row("zoo:bert", f"b{batch}-s128-dp1", batch=batch, throughput=10.0 * batch)
+            row = perf_row_now(
+                "zoo:bert", f"b{batch}-s128-dp1", batch=batch, throughput=10.0 * batch
+            )
             journal.append(PAIR, row, PERF)
-        journal.append(PAIR, _perf_row("zoo:bert", "b1-s128-dp1", batch=1, throughput=12.0), PERF)
-        failed = _perf_row("zoo:t5", "b1-i8-o4-dp1", result="FAIL(gen)", notes="it raised")
+        journal.append(
+            PAIR, perf_row_now("zoo:bert", "b1-s128-dp1", batch=1, throughput=12.0), PERF
+        )
+        failed = perf_row_now("zoo:t5", "b1-i8-o4-dp1", result="FAIL(gen)", notes="it raised")
         journal.append(PAIR, {**failed, "kind": "encoder-decoder"}, PERF)
     report = merge_journals(tmp_path)
     assert report.ok and not report.problems
@@ -246,7 +240,7 @@ def test_perf_rows_journal_and_merge_by_model_and_configuration(tmp_path: Path) 
 
 def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
     """The page shows :func:`perf_tables`; the text report is made of the same cells."""
-    noisy = _perf_row("zoo:bert", "b1-s128-dp1", batch=1, throughput=123.456, noisy=True)
+    noisy = perf_row_now("zoo:bert", "b1-s128-dp1", batch=1, throughput=123.456, noisy=True)
     with Journal(tmp_path) as journal:
         journal.append(
             PAIR,
@@ -260,7 +254,7 @@ def test_perf_tables_are_the_reports_header_and_cells(tmp_path: Path) -> None:
             },
             PERF,
         )
-        journal.append(PAIR, _perf_row("zoo:t5", "-", result="EXCLUDED", notes=None), PERF)
+        journal.append(PAIR, perf_row_now("zoo:t5", "-", result="EXCLUDED", notes=None), PERF)
     assert merge_journals(tmp_path).ok
     (entry,) = perf_tables(tmp_path)
     assert entry.pair == PAIR.removesuffix(".parquet").replace("/", " / ")
@@ -359,3 +353,7 @@ def test_a_table_wider_than_the_terminal_wraps_into_blocks_that_fit() -> None:
         f"Model  Config  {'C' * 30}",
         "m      b1      3",
     ]
+
+
+def perf_row_now(model_id: str, configuration: str, **more: Any) -> dict[str, Any]:
+    return perf_row(model_id, configuration, tested_at=datetime.now(UTC), **more)
