@@ -37,6 +37,7 @@ import torch
 import torch._dynamo
 import transformers
 
+from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.compare import ACCURACY_FLOOR, ACCURACY_MULTIPLE
 from pytest_neuronsupport.runners.lib.models import (
     RunFailure,
@@ -73,15 +74,11 @@ OUT_OF_MEMORY = (
     "memoryerror",
 )
 LEARNING_RATE = 1e-3
-#: What compiling imports on first use, imported before a compiled trial's cap: the fork
-#: server has imported them (``pipeline.isolate.PRELOAD``), and ``python3 train.py`` in a fresh
-#: interpreter must not count them under its cap when a forked run does not.
-COMPILE_IMPORTS = (
-    "torch._functorch.aot_autograd",
-    "torch._inductor.compile_fx",
-    "transformers.generation.utils",
-    "transformers.processing_utils",
-)
+#: What a compiled trial imports before its cap, beside what compiling under its backend does
+#: (``backend.compile_imports``): the fork server has imported them (``pipeline.isolate``), and
+#: ``python3 train.py`` in a fresh interpreter must not count them under its cap when a forked
+#: run does not.
+COMPILE_IMPORTS = ("transformers.generation.utils", "transformers.processing_utils")
 
 
 def train(params: dict[str, Any], ops: Any) -> dict[str, Any]:
@@ -98,7 +95,8 @@ def train(params: dict[str, Any], ops: Any) -> dict[str, Any]:
         # what loading and compiling import, imported before the memory cap counts
         auto_class._model_mapping[type(config)]
         if params["trial"] == "search" and params["mode"] == "compiled":
-            for module in COMPILE_IMPORTS:
+            backend = str(params.get("backend_name", params["backend"]))
+            for module in (*compile_imports(backend), *COMPILE_IMPORTS):
                 importlib.import_module(module)
             torch._dynamo.lookup_backend(params["backend"])
     if params["trial"] == "check":
