@@ -225,6 +225,9 @@ def test_exact_zeros_are_held_to_the_floor_in_absolute_terms() -> None:
     ref = {"fp64": zeros, "eager": zeros}
     assert held_to_noise(Check(True, "Y"), zeros + 1e-8, ref, "float32").passed
     assert not held_to_noise(Check(True, "Y"), zeros + 1e-7, ref, "float32").passed
+    ruled_out = torch.full((4, 25), -torch.inf, dtype=torch.float64)  # no number to compare
+    ref = {"fp64": ruled_out, "eager": ruled_out}
+    assert held_to_noise(Check(True, "Y"), ruled_out, ref, "float32").passed
 
 
 def test_an_encoder_without_float64_keeps_the_fixed_rule_and_says_why() -> None:

@@ -213,7 +213,7 @@ def held(dtype: str, device: Tensor, exact: Tensor, eager: Tensor) -> tuple[bool
     None, and why (the fixed rule decides)."""
     keep, scale = torch.isfinite(exact), exact.nan_to_num(0, 0, 0).norm().clamp(min=1.0)
     error, noise = (float((t - exact)[keep].norm() / scale) for t in (device, eager))
-    floor = EPS[dtype] * max(1.0, ACCURACY_FLOOR_EPS / int(keep.sum()) ** 0.5)
+    floor = EPS[dtype] * max(1.0, ACCURACY_FLOOR_EPS / max(1, int(keep.sum())) ** 0.5)
     found = dict(error_device=error, error_eager=noise, tolerance=ACCURACY_MULTIPLE * noise + floor)
     return (error <= found["tolerance"], found) if noise < torch.inf else (None, "eager NaN/inf")
 
