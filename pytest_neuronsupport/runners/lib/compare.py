@@ -126,7 +126,7 @@ def compare_tokens(ref: dict[str, Any], dev: Any, dtype: str) -> Check:
         said = "N scores at tokens 0-{}: error to fp64 {error_device:.4g} > {tolerance:.4g}"
         off = "" if ok is not False else said.format(n - 1, **details["fp64"])  # whatever tokens
         at = next((k for k in range(n) if off and not held(dtype, *(s[k] for _, s in runs))[0]), i)
-    if list(got) == list(want):  # at: the first position beyond on its own (else the last)
+    if list(got) == list(want):  # at: the first position beyond on its own (else i or the last)
         return Check(not off, off or "Y", details, min(at, n - 1) if off else None)
     if i >= min(shorter, len(ref["scores"])):
         stopped = details["stopped_early"] = "device" if len(got) < len(want) else "CPU"
