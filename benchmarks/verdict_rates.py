@@ -9,9 +9,10 @@ offline, once under each backend, and counts the rows whose verdict is ``FAIL(ou
   fp32 kernels) and ``one_ulp`` (every float output of each compiled graph one unit in the
   last place off). Each FAIL(output) is a false failure; target 0.
 - wrong backends: ``one_op_off`` (each graph's first linear or matmul 1% off, element by
-  element), ``every_linear_off`` (every linear or matmul off by 1% of its output's magnitude,
-  with a fixed sign pattern) and ``swapped_top_two`` (the two largest logits at the last
-  position trade places). Each row without FAIL(output) is a miss; target: every model caught.
+  element), ``last_op_off`` (its last one, the nearest the output, likewise),
+  ``every_linear_off`` (every linear or matmul off by 1% of its output's magnitude, with a
+  fixed sign pattern) and ``swapped_top_two`` (the two largest logits at the last position
+  trade places). Each row without FAIL(output) is a miss; target: every model caught.
 
 The wrong and noisy backends are in ``tests/backends_for_tests.py``; the sweep runs from a work
 folder holding a copy, as the plugin's tests do. The CPU references are cached once and shared
@@ -43,6 +44,7 @@ BACKENDS = [
     ("inductor", "inductor", True),
     ("one_ulp", "backends_for_tests:one_ulp_backend_for_tests", True),
     ("one_op_off", "backends_for_tests:one_op_off_backend_for_tests", False),
+    ("last_op_off", "backends_for_tests:last_op_off_backend_for_tests", False),
     ("every_linear_off", "backends_for_tests:every_linear_off_backend_for_tests", False),
     ("swapped_top_two", "backends_for_tests:swapped_top_two_backend_for_tests", False),
 ]

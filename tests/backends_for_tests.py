@@ -268,7 +268,7 @@ def _fail_the_next_causal_lm_load() -> None:
 
 
 # Backends of the verdict-rate benchmark (benchmarks/verdict_rates.py): two numerically
-# correct ones that reorder or round differently, and two wrong ones.
+# correct ones that reorder or round differently, and wrong ones.
 
 
 def _float_outputs(value: Any, change: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -326,13 +326,14 @@ _MATMULS = (
 
 
 def _rewritten(
-    gm: torch.fx.GraphModule, change: Callable[[torch.Tensor], torch.Tensor], first_only: bool
+    gm: torch.fx.GraphModule, change: Callable[[torch.Tensor], torch.Tensor], which: slice
 ) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose first matmul's output (``first_only``), or every matmul's, goes
-    through ``change`` before its users see it."""
+    """A copy of ``gm`` whose matmuls ``which`` (of them all, in graph order: ``slice(1)`` the
+    first, ``slice(-1, None)`` the last) have their output go through ``change`` before their
+    users see it."""
     copied = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     found = [n for n in copied.graph.nodes if n.op == "call_function" and n.target in _MATMULS]
-    for node in found[:1] if first_only else found:
+    for node in found[which]:
         with copied.graph.inserting_after(node):
             off = copied.graph.call_function(change, (node,))
         node.replace_all_uses_with(off, delete_user_cb=lambda user, off=off: user is not off)
@@ -348,7 +349,17 @@ def one_op_off_backend_for_tests(
     one runs faithfully. In a transformer that first linear is usually the attention's query
     projection, whose error a softmax over near-equal scores all but removes (the tiny zoo's
     random weights): a weak wrong compiler, kept for comparison."""
-    return _rewritten(gm, _one_percent_off, first_only=True).forward
+    return _rewritten(gm, _one_percent_off, slice(1)).forward
+
+
+def last_op_off_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong: the graph's last linear (or matmul) comes out 1% off, each element up or down in
+    a fixed pattern, as :func:`one_op_off_backend_for_tests` does to the first. The last one is
+    the op nearest the output (the head's projection, the LM head, a layer's output dense),
+    whose error no softmax takes back: a single miscompiled op that matters."""
+    return _rewritten(gm, _one_percent_off, slice(-1, None)).forward
 
 
 def every_linear_off_backend_for_tests(
@@ -357,7 +368,7 @@ def every_linear_off_backend_for_tests(
     """Wrong: every linear (or matmul) of the graph comes out off by 1% of its output's
     magnitude, added with a fixed sign pattern, as a compiler whose lowering of that one op is
     wrong wherever the op appears. A graph without one runs faithfully."""
-    return _rewritten(gm, _one_percent_of_magnitude_off, first_only=False).forward
+    return _rewritten(gm, _one_percent_of_magnitude_off, slice(None)).forward
 
 
 def _swap_top_two(scores: torch.Tensor) -> torch.Tensor:

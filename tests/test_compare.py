@@ -14,6 +14,7 @@ from pytest_neuronsupport.runners.lib.compare import (
     compare_scores,
     compare_tokens,
     fixed_margin,
+    held_to_noise,
 )
 
 BF16_EPS = 2.0**-7
@@ -122,6 +123,40 @@ def test_device_stopping_early_fails() -> None:
     assert not check.passed
     assert "device run stopped early" in check.cpu_match
     assert check.first_divergence == 2
+
+
+def with_float64(ref: list[int], scores: torch.Tensor, eager: torch.Tensor) -> dict[str, object]:
+    """A decoder's reference whose float64 and eager runs took the CPU's tokens: float64's
+    scores ``scores``, eager's ``eager``."""
+    return {"tokens": ref, "scores": scores, "fp64": (ref, scores), "eager": (ref, eager)}
+
+
+@pytest.mark.parametrize("device", [[5, 5, 3], [5, 5, 4]])
+def test_scores_beyond_tolerance_set_the_first_divergence_to_the_first_such_position(
+    device: list[int],
+) -> None:
+    ref, scores, _ = decoder_case(1.0)
+    off = scores.clone()
+    off[1, 0] += 0.5  # step 1's scores off, whatever the tokens (the same, or parting at 2)
+    check = compare_tokens(with_float64(ref, scores, scores.clone()), (device, off), "float32")
+    assert not check.passed and check.cpu_match.startswith("N scores at tokens 0-2")
+    assert check.first_divergence == 1
+
+
+def test_an_eager_run_not_finite_where_float64_is_leaves_the_decision_to_the_fixed_rule() -> None:
+    """Its error is NaN: no noise measured, so no tolerance (K x NaN would fail any device)."""
+    ref, scores, dev = decoder_case(1e-6)
+    eager = scores.clone()
+    eager[1, 0] = math.nan
+    for tokens in (ref, dev):  # the same tokens; a near-tie at step 2 by the fixed rule
+        check = compare_tokens(with_float64(ref, scores, eager), (tokens, scores), "float32")
+        assert check.passed and check.check["fp64"] == "eager NaN/inf"
+    assert check.cpu_match.startswith("~ near-tie at token 2")
+    assert check.check["fp64_margin"] == "no float64 scores at token 2"
+    exact = scores.clone()
+    fixed = Check(True, "Y", {"rule": "token"})
+    check = held_to_noise(fixed, exact + 1e-3, {"fp64": exact, "eager": eager}, "float32")
+    assert check is fixed and check.check["fp64"] == "eager NaN/inf"
 
 
 # --- encoder predictions -------------------------------------------------------------------

@@ -104,12 +104,13 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
     "grad_norm_ref": "The global gradient norm of the reference step.",
     "grad_norm": "The global gradient norm of the compiled step.",
     "param_error": (
-        "After one optimizer step, the compiled update's `|Δθ - Δθ_ref| / |Δθ_ref|` over all "
-        "parameters, against the reference step."
+        "After one optimizer step, the compiled update's `|Δθ - Δθ_ref| / max(1, |Δθ_ref|)` "
+        "over all parameters, against the reference step."
     ),
     "tolerance": (
         "The update's tolerance: `3 x` the eager CPU step's own `param_error` against float64 "
-        "`+ 1e-5` (`check` has the loss's and gradient norm's too; formerly `sqrt(eps(dtype))`)."
+        "plus one eps of the dtype (`check` has the loss's and gradient norm's too, whose floor "
+        "is 16 eps; formerly `+ 1e-5`, before that `sqrt(eps(dtype))`)."
     ),
     "wall_s": "Seconds of the whole training test (check and both searches).",
     **{name: f"{doc}; null where absent." for name, doc in STACK_DOCS.items()},

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.processes import die_with_parent, signal_name
 from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK, read_verdict
 
@@ -48,7 +49,8 @@ GRACE_S = 5.0
 #: How often a run's time and memory are checked.
 POLL_S = 0.05
 #: What the fork server imports once, before any run: torch, transformers, and what every
-#: compile and load imports on first use (about 0.6 s a run otherwise). No device runtime
+#: load imports on first use, then what compiling under the sweep's backend imports
+#: (:func:`executor_for`; about 0.6 s a run otherwise). No device runtime
 #: starts here (importing torch starts no CUDA context; torch_neuronx is not imported), and no
 #: thread: the server must stay safe to fork. ``__main__`` (pytest's entry script) is imported
 #: once here rather than in every run.
@@ -56,8 +58,6 @@ PRELOAD = (
     "__main__",
     "torch",
     "torch._dynamo",
-    "torch._functorch.aot_autograd",
-    "torch._inductor.compile_fx",
     "transformers",
     "transformers.modeling_utils",
     "transformers.generation.utils",
@@ -322,10 +322,11 @@ def _forked_run(
 class ForkServerExecutor:
     """Runs forked from a warm fork server (torch and transformers already imported)."""
 
-    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+    def __init__(self, preload: Sequence[str] = (*PRELOAD, *compile_imports("inductor"))) -> None:
         self.context = multiprocessing.get_context("forkserver")
         # A CUDA check through NVML does not initialise CUDA in the server (fork-safe).
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+        self.preload = tuple(preload)
         self.context.set_forkserver_preload(list(preload))
 
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
@@ -364,3 +365,11 @@ ISOLATIONS: dict[str, type[SubprocessExecutor] | type[ForkServerExecutor]] = {
     "fork": ForkServerExecutor,
     "fresh": SubprocessExecutor,
 }
+
+
+def executor_for(isolation: str, backend: str) -> Executor:
+    """The executor ``--neuron-isolation`` names; a fork server also preloads what compiling
+    under ``backend`` imports (inductor only where the backend may use it)."""
+    if ISOLATIONS[isolation] is SubprocessExecutor:
+        return SubprocessExecutor()
+    return ForkServerExecutor((*PRELOAD, *compile_imports(backend)))

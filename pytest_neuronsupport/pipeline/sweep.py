@@ -21,7 +21,7 @@ from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookspec import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline.budget import Budget
-from pytest_neuronsupport.pipeline.isolate import ISOLATIONS, Executor, Outcome, RunRequest
+from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
@@ -124,7 +124,7 @@ class Sweep:
     def executor(self) -> Executor:
         """The fork server starts with the first run: a sweep that runs nothing never pays."""
         if self._executor is None:
-            self._executor = ISOLATIONS[self.settings.isolation]()
+            self._executor = executor_for(self.settings.isolation, self.settings.backend)
         return self._executor
 
     @cached_property

@@ -5,24 +5,28 @@ Definitions (also in docs/runners.md, "The output check"):
 * **Measured noise** (PyTorch's accuracy checker, ``torch._dynamo.utils.same``): the CPU also
   computes the output in float64 (the exact reference) and eagerly in the device's own dtype;
   the device passes when its error against float64 is at most ``ACCURACY_MULTIPLE x`` the
-  eager run's error against float64 ``+ ACCURACY_FLOOR`` (:func:`held`; the training step's
-  check uses the same constants). For a whole output the errors are relative, ``|y - y64| /
-  |y64|`` (norms over the entries finite in float64). The ``check`` JSON's ``fp64`` holds the
-  three numbers (``error_device``, ``error_eager``, ``tolerance``), or says why float64 could
-  not decide (a host too small for the model in float64, a pass that raised): the fixed rules
-  below then decide, as before.
+  eager run's error against float64 plus a floor, ``EPS[dtype] * max(1, ACCURACY_FLOOR_EPS /
+  sqrt(n))`` over the ``n`` numbers compared (:func:`held`; the training step's check is held
+  by it too). The errors are ``|y - y64| / max(1, |y64|)`` (norms over the entries finite in
+  float64: relative, and absolute for an output near zero). The ``check`` JSON's ``fp64``
+  holds the three numbers (``error_device``, ``error_eager``, ``tolerance``), or says why
+  float64 could not decide (a host too small for the model in float64, a pass that raised, an
+  eager run not finite where float64 is: ``eager NaN/inf``): the fixed rules below then
+  decide, as before.
 * **Decoder scores, with float64**: the device's scores against float64's at every position
   the device, float64 and eager runs reached by the same tokens (``positions`` of them: up to
   and including the first where one parts). Beyond the tolerance: ``N scores ...``, whatever
-  the tokens (logits 1% off whose greedy tokens agree are caught here only).
+  the tokens (logits 1% off whose greedy tokens agree are caught here only);
+  ``first_divergence`` is then the first position whose own scores are beyond it.
 * **Near-tie, with float64.** At the first position ``i`` where the tokens differ, ``x`` is the
   float64 run's scores (its tokens before ``i`` being the CPU fp32 run's, so ``x`` is what a
   teacher-forced pass gives), ``c`` its best candidate (among those the CPU did not rule out)
   and ``b`` the device's choice. The device's error is the margin ``x[c] - x[b]`` by which its
   choice falls short of the best in exact arithmetic; the eager run's error is the largest
   ``|(e[c] - e[j]) - (x[c] - x[j])|`` over the candidates ``j`` (``e``: its scores there).
-  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + ACCURACY_FLOOR``
-  (``check.fp64_margin``). Why the largest margin error and not that of the pair ``(c, b)``
+  A near-tie (PASS) when ``margin <= ACCURACY_MULTIPLE * error_eager + fixed`` (``fixed``: the
+  fixed rule's tolerance below, the dtype's noise at the scores' scale, as the floor;
+  ``check.fp64_margin``). Why the largest margin error and not that of the pair ``(c, b)``
   alone: one pair's error is a single sample of the noise, near zero by luck often enough
   that K times it would call a flip rounding explains wrong; the largest over every candidate
   covers that pair, is a stable figure of what the dtype does at that position (at most twice
@@ -37,7 +41,7 @@ Definitions (also in docs/runners.md, "The output check"):
   they differ decides: a near-tie there → ``~ near-tie ...`` (PASS), else ``N ...``.
 * **Encoders, with float64**: the device passes when the relative error ``|y - y64| / |y64|``
   (norms over the head's whole output, every position, padding included) is at most
-  ``ACCURACY_MULTIPLE x`` the eager run's ``+ ACCURACY_FLOOR`` (:func:`held_to_noise`); its
+  ``ACCURACY_MULTIPLE x`` the eager run's plus the floor (:func:`held_to_noise`); its
   ``cpu_match`` is the fixed rule's when that passed too, else ``~ near-tie ...`` (passed) or
   ``N ...``. Without float64, the fixed rules decide:
 * Encoder predictions (masked word, each token's label, the class, the answer span's start
@@ -58,14 +62,19 @@ import torch
 from torch import Tensor
 
 from pytest_neuronsupport.runners.lib.models import torch_dtype
+from pytest_neuronsupport.runners.lib.protocol import DTYPES
 
 NEAR_TIE_FACTOR = 4.0
-#: A device's error against float64 may be ``ACCURACY_MULTIPLE * eager's + ACCURACY_FLOOR``
-#: (both against float64; stated here once, for every check that has a tolerance): 3 is
-#: PyTorch's multiplier for mixed precision and small tensors (2 for large fp32 ones); the floor
-#: is its ``tol / 10`` at ``tol = 1e-4``, for when eager is exact by luck.
+#: A device's error against float64 may be ``ACCURACY_MULTIPLE`` x eager's plus a floor,
+#: ``EPS[dtype] * max(1, ACCURACY_FLOOR_EPS / sqrt(n))`` over ``n`` numbers (:func:`held`, the
+#: rule once, for every check that has a tolerance). 3 is PyTorch's multiplier for mixed
+#: precision and small tensors (2 for large fp32 ones). The floor is for an eager run exact by
+#: luck: one number's error is a single sample of the noise, ten times under its typical size
+#: one time in 12, so one number gets 16 eps of its dtype (four numbers 8); many cannot all be
+#: lucky, so 256 or more get one eps (an output eager computes exactly: zeros).
 ACCURACY_MULTIPLE = 3.0
-ACCURACY_FLOOR = 1e-5
+ACCURACY_FLOOR_EPS = 16.0
+EPS = {name: float(torch.finfo(getattr(torch, name)).eps) for name in DTYPES}
 SCORE_TOLERANCE = 1.0
 COSINE_MIN = 0.99
 DRIFT_FACTOR = 2.0
@@ -92,46 +101,47 @@ def fixed_margin(scores: Tensor, choice: int, other: int, dtype: str) -> tuple[f
 
 
 def near_tie(where: str, margin: float, tol: float, dtype: str, **check: Any) -> Check:
-    """The check of a difference at ``where``: passed when it is a near-tie (and ``off``, why
-    it fails all the same, is empty)."""
+    """The check of a difference at ``where``: passed when it is a near-tie and ``off`` (why it
+    fails all the same, which the message then says: an earlier failure) is empty."""
     ok, off = margin <= tol, check.pop("off", "")
     words = f"at {where}: margin {margin:.4g} {'<=' if ok else '>'} tolerance {tol:.4g}"
-    text = off if ok and off else f"{'~ near-tie' if ok else 'N'} {words} ({dtype})"
+    text = off or f"{'~ near-tie' if ok else 'N'} {words} ({dtype})"
     return Check(ok and not off, text, **check, divergence_margin=margin, near_tie_tolerance=tol)
 
 
 def compare_tokens(ref: dict[str, Any], dev: Any, dtype: str) -> Check:
-    """Decoder rule: the device's new tokens and scores (``dev``; scores ``[steps, vocab]``, or
-    None) against the reference's: the CPU fp32 greedy run's ``tokens`` and ``scores`` (what it
-    chose from), its ``fp64`` and ``eager`` runs, each ``(tokens, scores)`` (else
-    ``fp64_unavailable``, why not): see the module for the rule."""
+    """Decoder rule (see the module): the device's tokens and scores (``dev``) against the CPU
+    fp32 run's ``tokens`` and ``scores``, and its ``fp64`` and ``eager`` runs, if any.
+
+    Each run is ``(tokens, scores)``, scores ``[steps, vocab]`` (the device's may be None);
+    without float64, ``fp64_unavailable`` says why."""
     (want, got), runs = (ref["tokens"], dev[0]), [dev, ref.get("fp64"), ref.get("eager")]
-    details: dict[str, Any] = dict(rule="tokens", dtype=dtype, tokens_reference=len(want))
-    details.update(reference_tokens=want, tokens_device=len(got), fp64=ref.get("fp64_unavailable"))
-    shorter, off = min(len(want), len(got)), ""  # off: why the scores fail, if they do
-    i = next((k for k, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), shorter)
+    details: dict[str, Any] = dict(rule="tokens", dtype=dtype, reference_tokens=want)
+    shorter, off, details["fp64"] = min(len(want), len(got)), "", ref.get("fp64_unavailable")
+    i = at = next((k for k, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), shorter)
     if None not in runs and dev[1] is not None:  # the scores where all runs had the same tokens
         n = min(len(s) for _, s in runs)
         n = next((k + 1 for k in range(n) if len({t[k] for t, _ in runs}) > 1), n)
-        (ok, details["fp64"]), details["positions"] = held(*(s[:n] for _, s in runs)), n
+        (ok, details["fp64"]), details["positions"] = held(dtype, *(s[:n] for _, s in runs)), n
         said = "N scores at tokens 0-{}: error to fp64 {error_device:.4g} > {tolerance:.4g}"
-        off = "" if ok else said.format(n - 1, **details["fp64"])  # N, whatever the tokens
-    if list(got) == list(want):
-        return Check(not off, off or "Y", details)
+        off = "" if ok is not False else said.format(n - 1, **details["fp64"])  # whatever tokens
+        at = next((k for k in range(n) if off and not held(dtype, *(s[k] for _, s in runs))[0]), i)
+    if list(got) == list(want):  # at: the first position beyond on its own (else i or the last)
+        return Check(not off, off or "Y", details, min(at, n - 1) if off else None)
     if i >= min(shorter, len(ref["scores"])):
         stopped = details["stopped_early"] = "device" if len(got) < len(want) else "CPU"
         return Check(False, f"N at token {i}: the {stopped} run stopped early", details, i)
     margin, tol = fixed_margin(ref["scores"][i], want[i], got[i], dtype)
     details.update(cpu_token=want[i], device_token=got[i], margin_fp32=margin)
     details.update(tolerance_fp32=tol, fp64_margin=f"no float64 scores at token {i}")
-    if margin < float("inf") and details.get("positions", 0) > i:  # all runs reached i alike
+    if margin < float("inf") and isinstance(details["fp64"], dict) and details["positions"] > i:
         x, d = runs[1][1][i], runs[2][1][i] - runs[1][1][i]  # d: the eager run's error
         best = int(torch.where(torch.isfinite(ref["scores"][i]), x, -torch.inf).argmax())
         eager = float((d - d[best]).nan_to_num(0.0, 0.0, 0.0).abs().max())
-        margin, tol = float(x[best] - x[got[i]]), ACCURACY_MULTIPLE * eager + ACCURACY_FLOOR
+        margin, tol = float(x[best] - x[got[i]]), ACCURACY_MULTIPLE * eager + tol  # fixed: floor
         details["fp64_margin"] = dict(error_device=margin, error_eager=eager, tolerance=tol)
     details.update(margin=margin, tolerance=tol)
-    return near_tie(f"token {i}", margin, tol, dtype, check=details, first_divergence=i, off=off)
+    return near_tie(f"token {i}", margin, tol, dtype, check=details, first_divergence=at, off=off)
 
 
 def compare_predictions(what: str, fp32: Tensor, bf16: Tensor, dev: Tensor, dtype: str) -> Check:
@@ -195,22 +205,27 @@ def compare_hidden(fp32: Tensor, bf16: Tensor, device: Tensor) -> Check:
     )
 
 
-def held(device: Tensor, exact: Tensor, eager: Tensor) -> tuple[bool, dict[str, float]]:
-    """The rule, once: whether the device's relative error ``|y - y64| / |y64|`` (norms over
-    the entries finite in float64) is at most K x the eager run's + the floor; the numbers."""
-    keep, scale = torch.isfinite(exact), exact[torch.isfinite(exact)].norm().clamp(min=1e-30)
+def held(dtype: str, device: Tensor, exact: Tensor, eager: Tensor) -> tuple[bool | None, Any]:
+    """The rule, once: is the device's error at most K x the eager run's + the floor? and why.
+
+    Errors ``|y - y64| / max(1, |y64|)``, norms over the ``n`` entries finite in float64 (a NaN
+    or inf of the device's there fails). Where eager's is not finite, no noise was measured:
+    None, and why (the fixed rule decides)."""
+    keep, scale = torch.isfinite(exact), exact.nan_to_num(0, 0, 0).norm().clamp(min=1.0)
     error, noise = (float((t - exact)[keep].norm() / scale) for t in (device, eager))
-    tolerance = ACCURACY_MULTIPLE * noise + ACCURACY_FLOOR  # a NaN or inf of the device's fails
-    return error <= tolerance, dict(error_device=error, error_eager=noise, tolerance=tolerance)
+    floor = EPS[dtype] * max(1.0, ACCURACY_FLOOR_EPS / max(1, int(keep.sum())) ** 0.5)
+    found = dict(error_device=error, error_eager=noise, tolerance=ACCURACY_MULTIPLE * noise + floor)
+    return (error <= found["tolerance"], found) if noise < torch.inf else (None, "eager NaN/inf")
 
 
 def held_to_noise(check: Check, device: Tensor, ref: dict[str, Any], dtype: str) -> Check:
-    """An encoder's outputs against float64, deciding where the reference has it (:func:`held`,
-    norms over the whole output); else ``check`` (the fixed rule) decides, ``fp64`` says why."""
-    if "fp64" not in ref:
-        check.check["fp64"] = f"{ref.get('fp64_unavailable')}: the fixed rule decided"
+    """An encoder's outputs against float64 (:func:`held`), or ``check``, the fixed rule's.
+
+    Where float64 cannot decide, ``fp64`` says why."""
+    why, fp64 = (None, f"{ref.get('fp64_unavailable')}: the fixed rule decided"), ref.get("fp64")
+    ok, check.check["fp64"] = held(dtype, device, fp64, ref["eager"]) if fp64 is not None else why
+    if ok is None:
         return check
-    ok, check.check["fp64"] = held(device.double(), ref["fp64"], ref["eager"].double())
     error, eager, tolerance = check.check["fp64"].values()
     words = f"error to fp64 {error:.4g} vs eager {dtype}'s {eager:.4g}"
     text = (check.cpu_match if check.passed else f"~ near-tie: {words}") if ok else f"N {words}"
