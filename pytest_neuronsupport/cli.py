@@ -28,9 +28,13 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_neuronsupport import __version__, baseline, options, settings, zoo
 from pytest_neuronsupport.dataset.store import UnreadableResultsError
+
+if TYPE_CHECKING:
+    from pytest_neuronsupport.dataset.results import Results
 
 
 class CommandError(Exception):
@@ -60,7 +64,9 @@ def parser() -> argparse.ArgumentParser:
                 *__doc__.splitlines()[2:],
                 "",
                 f"Commands that read results take --results DIR (default {results_default}).",
-                "A Hub dataset repo (at HF_ENDPOINT) reads as --results hf://datasets/ORG/NAME.",
+                "It may name a shared dataset too: s3://BUCKET/PREFIX (read through its local",
+                "copy in the cache, pulled first), or a Hub dataset repo (at HF_ENDPOINT),",
+                "hf://datasets/ORG/NAME (its files at its head).",
             ]
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -197,35 +203,50 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _results_dir(args: argparse.Namespace) -> Path:
-    from pytest_neuronsupport.dataset.layout import DATA
+    from pytest_neuronsupport.dataset.layout import DATA, is_shared
 
-    results = _read(str(args.results))
+    uri = str(args.results)
+    results = _read(uri)
     if not (results / DATA).is_dir():
-        raise CommandError(f"no results dataset at {results} (no {results / DATA} folder)")
+        where = f"{uri}, read into {results}" if is_shared(uri) else str(results)
+        raise CommandError(f"no results dataset at {where} (no {results / DATA} folder)")
     return results
 
 
-def _read(results: str) -> Path:
-    """The folder to read ``--results`` from: the folder, or a Hub repo's files at its head in
-    a temporary folder (removed at exit)."""
-    from pytest_neuronsupport.dataset.layout import is_hub
+def _own_folder(args: argparse.Namespace, writes: str) -> Path:
+    """The results folder of a command that writes into it (``writes`` says what): a shared
+    dataset is refused, its local copy being no place to leave files."""
+    from pytest_neuronsupport.dataset.layout import is_shared
 
-    if not is_hub(results):
-        return Path(results)
-    import atexit
-    import shutil
-    import tempfile
+    if is_shared(str(args.results)):
+        raise CommandError(
+            f"{args.command} {writes}: --results must be a folder, not {args.results}"
+        )
+    return _results_dir(args)
 
-    from pytest_neuronsupport.dataset.hub import HubDataset, HubError
 
-    folder = Path(tempfile.mkdtemp(prefix="neuronsupport-hub-"))
-    atexit.register(shutil.rmtree, folder, True)
+def _store(uri: str) -> Results:
+    """The results store ``--results`` names: a folder, or a shared dataset (``s3://...``,
+    ``hf://datasets/...``) through its local copy in the cache, as a sweep opens it."""
+    from pytest_neuronsupport.dataset.layout import is_shared
+    from pytest_neuronsupport.dataset.results import ResultsError, open_results
+
+    folder = settings.shared_copy(options.default_cache(), uri) if is_shared(uri) else Path(uri)
     try:
-        dataset = HubDataset(results)
-        dataset.download(folder, dataset.head())
-    except HubError as exc:
+        return open_results(folder, uri)
+    except ResultsError as exc:
         raise CommandError(str(exc)) from None
-    return folder
+
+
+def _read(uri: str) -> Path:
+    """The local folder to read ``--results`` from, whatever store it names (the store's
+    :meth:`~pytest_neuronsupport.dataset.results.Results.readable`)."""
+    from pytest_neuronsupport.dataset.results import ResultsError
+
+    try:
+        return _store(uri).readable()
+    except ResultsError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _zoo_list(args: argparse.Namespace) -> int:
@@ -417,7 +438,7 @@ def _page(args: argparse.Namespace) -> int:
 def _card(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.card import write_card
 
-    results = _results_dir(args)
+    results = _own_folder(args, "writes <results>/README.md")
     if _upgrade_files(results):  # the card's configs load only files of one schema
         return 1
     print(write_card(results))
@@ -437,21 +458,17 @@ def _upgrade_files(results: Path) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    return 1 if _upgrade_files(_results_dir(args)) else 0
+    return 1 if _upgrade_files(_own_folder(args, "rewrites the files in place")) else 0
 
 
 def _merge(args: argparse.Namespace) -> int:
     """The store ``--results`` names folds in what sweeps left on their way to it."""
     from pytest_neuronsupport.dataset.layout import is_shared
-    from pytest_neuronsupport.dataset.results import ResultsError, open_results
 
     uri = str(args.results)
-    shared = is_shared(uri)
-    folder = settings.shared_copy(options.default_cache(), uri) if shared else _results_dir(args)
-    try:
-        merged = open_results(folder, uri if shared else None).merge()
-    except ResultsError as exc:
-        raise CommandError(str(exc)) from None
+    if not is_shared(uri):
+        _results_dir(args)  # a folder without a dataset: said, not made
+    merged = _store(uri).merge()
     for line in merged.lines:
         print(line)
     for problem in merged.problems:
@@ -505,18 +522,8 @@ def _perf(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.dataset.layout import is_hub, is_shared
-    from pytest_neuronsupport.dataset.results import ResultsError, open_results
     from pytest_neuronsupport.views.dashboard import dashboard_report
 
-    uri = str(args.results)
-    if is_shared(uri) and not is_hub(uri):  # s3://: read through its local copy, pulled
-        folder = settings.shared_copy(options.default_cache(), uri)
-        try:
-            open_results(folder, uri).pull()
-        except ResultsError as exc:
-            raise CommandError(str(exc)) from None
-        args.results = folder
     sys.stdout.write(dashboard_report(_results_dir(args), args.format))
     return 0
 

@@ -100,9 +100,24 @@ def configure(config: pytest.Config) -> SweepSession:
             raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
     session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
     config.pluginmanager.register(session, "neuronsupport-session")
+    config.pluginmanager.register(JunitSkips(config), "neuronsupport-junit-skips")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(xdist.XdistHooks(session), "neuronsupport-xdist")
     return session
+
+
+class JunitSkips:
+    """junit's text of a skipped model's test (:func:`collect.mend_junit_skip`), once
+    junitxml has written it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(trylast=True)  # after junitxml's: its element is there to mend
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A model's skip, at no line, reads ``models.toml::zoo:x: reason`` in junit."""
+        if getattr(report, OUTCOMES_ATTRIBUTE, None) is not None:
+            collect.mend_junit_skip(self.config, report)
 
 
 def outcomes_of(rep: pytest.TestReport) -> list[ModeOutcome] | None:

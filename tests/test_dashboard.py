@@ -10,12 +10,10 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import settings
 from pytest_neuronsupport.cli import main as cli_main
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.shared import SharedResults
 from pytest_neuronsupport.views.dashboard import (
     Dashboard,
     dashboard,
@@ -24,8 +22,7 @@ from pytest_neuronsupport.views.dashboard import (
     history,
     page_dashboard,
 )
-from tests.results_for_tests import pair_of, perf_row, result_row, write_results
-from tests.test_shared import BUCKET, s3  # noqa: F401 (moto's S3 server: a fixture)
+from tests.results_for_tests import perf_row, result_row, write_results
 
 OLD = "inductor-2.9.1 / transformers-5.24.0"
 NEW = "inductor-2.13.0 / transformers-5.24.0"
@@ -326,26 +323,3 @@ def test_the_command_without_a_dataset_says_so(
 ) -> None:
     assert cli_main(["dashboard", "--results", str(tmp_path / "none")]) == 2
     assert "no results dataset at" in capsys.readouterr().err
-
-
-@pytest.mark.usefixtures("s3")
-def test_the_command_reads_a_dataset_on_s3_through_its_local_copy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A dataset on S3 (moto's server on the loopback, tests/test_shared.py's fixture): its
-    support and performance rows are pulled into the cache's copy, then read as a folder's."""
-    uri = f"s3://{BUCKET}/dashboard"
-    shared = SharedResults(uri)
-    support = [result_row("org/a", compile_s=5.0), result_row("org/c", "FAIL(load)")]
-    for number, row in enumerate(support):
-        shared.publish("sweep", number, pair_of(row), row)
-    bench = perf_row("org/a", "b1-s128-dp1", speedup_vs_eager=2.0)
-    shared.publish("bench", 0, pair_of(support[0]), bench, PERF)
-    assert not shared.merge().problems
-    monkeypatch.setenv("NEURONSUPPORT_CACHE", str(tmp_path / "cache"))
-    assert cli_main(["dashboard", "--results", uri]) == 0
-    out = capsys.readouterr().out
-    (column,) = dashboard(settings.shared_copy(tmp_path / "cache", uri)).columns
-    assert column.pair == NEW and column.metrics["speedup"] == 2.0
-    assert column.metrics["pass_rate"] == 0.5 and column.metrics["compile_mean_s"] == 5.0
-    assert out.splitlines()[0].split() == ["inductor-2.13.0", "/", "transformers-5.24.0"]

@@ -117,13 +117,14 @@ def test_the_hint_about_repo_type_is_taken_out_of_hub_errors() -> None:
 
 
 @pytest.mark.slow  # pip: seconds
+@pytest.mark.parametrize("retries", ["0", "1"])  # without a retry pip's output says nothing of it
 def test_a_pip_index_that_does_not_answer_is_a_fault_naming_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    retries: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    closed = f"http://127.0.0.1:{free_port()}/simple"
+    closed = f"http://127.0.0.1:{free_port()}/simple"  # a loopback port refusing connections
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", closed)
-    monkeypatch.setenv("PIP_RETRIES", "1")  # pip says nothing of a connection it never retries
+    monkeypatch.setenv("PIP_RETRIES", retries)
     monkeypatch.setenv("PIP_TIMEOUT", "2")
     for name in ("PIP_NO_INDEX", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -142,6 +143,12 @@ def test_a_pip_failure_with_an_answering_index_is_not_a_fault() -> None:
         "the package index http://x/simple is unreachable (pip): WARNING: Retrying "
         "(Retry(total=0)) after connection broken by 'NewConnectionError(...)': /simple/nsnothing/"
     )
+    # with no retry only pip's debug log says it: the index page not fetched, for no answer
+    log = "2026-12-03T07:41:08,549 Looking in indexes: http://x/simple\n2026-12-03T07:41:08,561 "
+    refused = "Could not fetch URL http://x/simple/nsnothing/: connection error: "
+    assert packages.index_unreachable(said, log + refused + "... Connection refused')) - skipping")
+    answered = "Could not fetch URL http://x/simple/nsnothing/: 404 Client Error: Not Found"
+    assert packages.index_unreachable(said, log + answered) is None
 
 
 @pytest.mark.slow  # a one-model sweep, its compile refused at once

@@ -50,6 +50,10 @@ def test_limit_holds_across_xdist_workers(sweep: SweepRunner) -> None:
     done = sweep.run(*models, args=["--neuron-limit", "2", "-n", "2"])
     done.result.assert_outcomes(passed=2, skipped=2)
     assert len(done.rows) == 2
+    skips = [case.find("skipped") for case in done.testcases.values()]
+    texts = sorted(skip.text or "" for skip in skips if skip is not None)  # the controller's
+    assert [t.split(": ", 1)[1] for t in texts] == ["--neuron-limit 2 reached"] * 2
+    assert all(t.startswith("models.toml::zoo:") and ":None:" not in t for t in texts)
 
 
 @TWO_CORE_LLAMA

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from pytest_neuronsupport.baseline import Baseline, Expected
 from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modes import ModeOutcome
-from pytest_neuronsupport.session import SweepSession, report_status
+from pytest_neuronsupport.session import JunitSkips, SweepSession, report_status
 
 #: A hook hands its work to a plain module: at most this many lines below its docstring.
 HOOK_LINES = 5
@@ -28,7 +29,9 @@ def hooks_of(owner: object) -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "owner", [plugin, SweepSession, xdist.XdistHooks], ids=["plugin", "session", "xdist"]
+    "owner",
+    [plugin, SweepSession, xdist.XdistHooks, JunitSkips],
+    ids=["plugin", "session", "xdist", "junit"],
 )
 def test_every_hook_is_a_few_lines_that_hand_the_work_on(owner: object) -> None:
     found = hooks_of(owner)
@@ -123,6 +126,34 @@ def test_a_results_location_that_cannot_be_used_is_a_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--neuron-results *afile is not a folder*"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '[[model]]\nid = "acme/q"\nexclusion = "quantized"\nnotes = "4-bit"\n',
+        'model = [{id = "acme/q", exclusion = "quantized", notes = "4-bit"}]\n',  # no line
+    ],
+    ids=["table", "inline"],
+)
+def test_a_skipped_models_junit_text_names_it_and_no_line(
+    entry: str, pytester: pytest.Pytester
+) -> None:
+    """A skip is named by its model's test (junit's ``path:line`` would say ``:None``), of an
+    entry with a line or without; an exclusion decided ahead runs nothing: no model, no run."""
+    pytester.makefile(".toml", models=entry)
+    result = pytester.runpytest(
+        *("--neuron-sweep", "--neuron-models", "models.toml", "--neuron-backend", "eager"),
+        *("--neuron-cache", "cache", "--neuron-leases", "leases", "--junitxml", "junit.xml"),
+        *("-p", "no:cacheprovider", "-rs"),
+    )
+    result.assert_outcomes(skipped=1)
+    summary = "EXCLUDED [[]1[]] models.toml::acme/q: EXCLUDED (quantized): 4-bit"
+    result.stdout.fnmatch_lines([summary])  # the terminal's line, as it was
+    skipped = ET.parse(pytester.path / "junit.xml").getroot().find("./testsuite/testcase/skipped")
+    assert skipped is not None
+    assert skipped.get("message") == "EXCLUDED (quantized): 4-bit"
+    assert skipped.text == "models.toml::acme/q: EXCLUDED (quantized): 4-bit"
 
 
 def test_the_support_table_is_the_one_held_against_a_baseline(pytester: pytest.Pytester) -> None:

@@ -123,6 +123,10 @@ def test_a_model_whose_run_py_has_not_changed_is_not_run_again(reruns: dict[str,
         ]
     )
     assert again.row("zoo:llama") == first.row("zoo:llama")  # untouched
+    skipped = again.testcases["zoo:llama"].find("skipped")  # junit names the model, no line
+    assert skipped is not None and (skipped.text or "").startswith(
+        "models.toml::zoo:llama: unchanged since "
+    )
     # another backend is another test: it runs (the last sweep of the folder)
     other = reruns["inductor"]
     other.result.assert_outcomes(passed=1)

@@ -9,7 +9,8 @@ that folder: :meth:`~Results.pull` (bring the shared rows in before the sweep), 
 (each row, as it is recorded), :meth:`~Results.finish` (fold what was published into the
 shared dataset at the end) and :meth:`~Results.write_once` (the shards' split, written once for
 every machine). A folder does nothing beyond itself. The session calls the same methods
-whatever the store is.
+whatever the store is, and so does every ``neuronsupport`` command that reads results: it asks
+the store for a local folder holding its rows as they are now (:meth:`~Results.readable`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class Results(Protocol):
         """What ``neuronsupport merge`` does: fold into the store the rows that sweeps left
         on their way to it (a dead sweep's journal, rows shards published)."""
 
+    def readable(self) -> Path:
+        """A local folder holding the store's rows as they are now, for a command to read.
+        Raises :class:`ResultsError` (naming the store) when the store cannot be read."""
+
 
 @dataclass
 class Merged:
@@ -120,6 +125,9 @@ class FolderResults:
 
     def merge(self) -> Merged:
         return merge_folder(self.folder)
+
+    def readable(self) -> Path:
+        return self.folder
 
 
 class ObjectStoreResults:
@@ -224,6 +232,11 @@ class ObjectStoreResults:
         )
         return Merged(lines, summary.problems)
 
+    def readable(self) -> Path:
+        """The local copy, pulled (:meth:`pull`, as a sweep starts)."""
+        self.pull()
+        return self.folder
+
 
 class HubResults:
     """A dataset repo on the Hugging Face Hub (:class:`~pytest_neuronsupport.dataset.hub.
@@ -288,6 +301,23 @@ class HubResults:
         except HubError as exc:
             merged.problems.append(str(exc))
         return merged
+
+    def readable(self) -> Path:
+        """The repo's files at its head, in a temporary folder (removed at exit): what the
+        repo holds, not the local copy (which may hold rows a dead shard did not push)."""
+        import atexit
+        import shutil
+        import tempfile
+
+        from pytest_neuronsupport.dataset.hub import HubError
+
+        folder = Path(tempfile.mkdtemp(prefix="neuronsupport-hub-"))
+        atexit.register(shutil.rmtree, folder, True)
+        try:
+            self.dataset.download(folder, self.dataset.head())
+        except HubError as exc:
+            raise ResultsError(str(exc)) from None
+        return folder
 
 
 def check_folder(folder: Path) -> None:

@@ -25,7 +25,9 @@ certificates...) come from its environment variables and configuration files, as
 only the ones saying *where* to install are dropped. Its command line is a list, never a shell
 string, and the names in it are the list's, validated (:mod:`~pytest_neuronsupport.modellist`),
 or ones read from transformers' own table of libraries. A set pip cannot install raises
-:class:`PackageError` with pip's reason (its ``ERROR:`` lines).
+:class:`PackageError` with pip's reason (its ``ERROR:`` lines); an index it could not reach,
+as its output or its debug log (``--log``: with no retry, only the log says it) tells, raises
+a :class:`~pytest_neuronsupport.faults.Fault` instead.
 
 The key of an overlay is the hash of the package set, the interpreter and the distributions of
 the environment it complements: what the overlay leaves to the environment is only right for
@@ -182,32 +184,36 @@ def install(
 
 
 def pip(args: list[str], packages: Sequence[str], timeout_s: float) -> str:
-    """Run the sweep's own pip; its output, or :class:`PackageError` with its reason."""
+    """Run the sweep's own pip; its output, or :class:`PackageError` with its reason, or the
+    :class:`~pytest_neuronsupport.faults.Fault` of an index it could not reach."""
     env = {k: v for k, v in os.environ.items() if k not in PIP_WHERE}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "pip", *args]
-    proc = subprocess.Popen(
-        command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,  # stopped with whatever it started (a build backend)
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise PackageError(packages, f"pip did not finish in {timeout_s:g} s", output) from None
-    if proc.returncode != 0:
-        unreachable = index_unreachable(output)
-        if unreachable is not None:  # the environment's fault, not the model's
-            raise faults.Fault(unreachable)
-        raise PackageError(packages, reason(output, proc.returncode), output)
-    return output
+    with tempfile.TemporaryDirectory(prefix="neuronsupport-pip-") as tmp:
+        log = Path(tmp) / "pip.log"  # pip's debug log: what it met at each index, said there
+        command = [sys.executable, "-m", "pip", "--log", str(log), *args]
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # stopped with whatever it started (a build backend)
+        )
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            raise PackageError(packages, f"pip did not finish in {timeout_s:g} s", output) from None
+        if proc.returncode == 0:
+            return output
+        said = log.read_text("utf-8", errors="replace") if log.is_file() else ""
+    unreachable = index_unreachable(output, said)
+    if unreachable is not None:  # the environment's fault, not the model's
+        raise faults.Fault(unreachable)
+    raise PackageError(packages, reason(output, proc.returncode), output)
 
 
 #: What pip says (a warning for each retry, an error when it gives up) when its index gives
@@ -217,16 +223,23 @@ _UNREACHABLE: Final = re.compile(
     r"Max retries exceeded|Read timed out|ConnectTimeoutError|ProxyError)).*$",
     re.MULTILINE,
 )
+#: What pip's debug log says of an index page it could not fetch for want of an answer (with
+#: no retry, pip itself says nothing of it: the package is then "not found"): no connection,
+#: a timeout, retries spent, a 5xx, a certificate refused. Not a 404: the index answered.
+_NOT_FETCHED: Final = re.compile(
+    r"Could not fetch URL \S+: (?:connection error|timed out|There was a problem confirming"
+    r"|[^\n]*(?:Max retries exceeded|\b5\d\d Server Error))[^\n]*"
+)
 
 
-def index_unreachable(output: str) -> str | None:
-    """The fault pip's failed ``output`` says: its index (the one it or ``PIP_INDEX_URL``
-    names) unreachable, with pip's first line about it; None when pip was answered (then it
-    is a :class:`PackageError`)."""
-    found = _UNREACHABLE.search(output)
+def index_unreachable(output: str, log: str = "") -> str | None:
+    """The fault pip's failed ``output`` (or its debug ``log``) says: its index (the one it or
+    ``PIP_INDEX_URL`` names) unreachable, with pip's first line about it; None when pip was
+    answered (then it is a :class:`PackageError`)."""
+    found = _UNREACHABLE.search(output) or _NOT_FETCHED.search(log)
     if found is None:
         return None
-    looked = re.search(r"^Looking in indexes: (.+)$", output, re.MULTILINE)  # not if --quiet
+    looked = re.search(r"Looking in indexes: ([^\n]+)", f"{output}\n{log}")  # not if default
     index = looked.group(1).strip() if looked else os.environ.get("PIP_INDEX_URL", "")
     where = f" {index}" if index else ""
     return f"the package index{where} is unreachable (pip): {found.group(0)[:300]}"
