@@ -1,4 +1,5 @@
-"""A tiny model of every architecture transformers maps for the card's text tasks."""
+"""A tiny model of every architecture transformers maps for the card's text tasks, and of the
+image-text-to-text families the zoo builds with a processor."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pytest
 
 from pytest_neuronsupport.modellist import bundled_dir, parse
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.zoo import architectures
+from pytest_neuronsupport.zoo import architectures, processor
 from pytest_neuronsupport.zoo.architecture_table import BUILT, NOT_BUILDABLE
 
 MAPPED = {cls: (model_type, kind) for model_type, cls, kind in architectures.mapped()}
+#: The image-text-to-text classes built with their processor.
+VISION = sorted(c for c, (_, kind) in MAPPED.items() if kind == architectures.VISION and c in BUILT)
 #: One class of each kind, for the slow build.
 SAMPLE = (
     "MistralForCausalLM",
@@ -31,7 +34,8 @@ def test_every_mapped_class_is_built_or_listed_with_its_reason() -> None:
     assert sorted(set(MAPPED) - BUILT - set(NOT_BUILDABLE)) == []
     assert BUILT & set(NOT_BUILDABLE) == set()
     assert all(reason.strip() for reason in NOT_BUILDABLE.values())
-    assert len(BUILT & set(MAPPED)) >= 0.9 * len(MAPPED)
+    text = {cls for cls, (_, kind) in MAPPED.items() if kind != architectures.VISION}
+    assert len(BUILT & text) >= 0.9 * len(text)
 
 
 def test_the_tables_name_only_classes_transformers_maps() -> None:
@@ -71,8 +75,53 @@ def test_the_bundled_list_is_the_one_generated_from_the_table() -> None:
     assert all(spec.runner is None for spec in specs)  # the mappings choose, as for any model
     # a task only where the class is image-text-to-text first, but built as a text model
     tasked = {spec.id.removeprefix("zoo:arch/"): spec.task for spec in specs if spec.task}
-    assert "Gemma3ForConditionalGeneration" in tasked
+    assert "FuyuForCausalLM" in tasked
     assert set(tasked.values()) == {"text-generation"}
+    assert not set(tasked) & set(VISION)  # built with a processor: the mappings route them
+
+
+def test_every_image_text_to_text_family_builds_with_a_processor_or_says_why_not() -> None:
+    """The families of VISION_TYPES: each class of theirs is built as image-text-to-text, with
+    its family's processor, or is listed with its reason (a processor that needs torchvision)."""
+    families = {MAPPED[cls][0]: cls for cls in MAPPED if MAPPED[cls][1] == architectures.VISION}
+    assert set(families) == set(architectures.VISION_TYPES)
+    assert {MAPPED[cls][0] for cls in VISION} == set(processor.VISION)
+    for model_type in set(families) - set(processor.VISION):
+        assert "torchvision" in NOT_BUILDABLE[families[model_type]]
+    runners = Runners.builtin()
+    for cls in VISION:
+        choice = runners.choose({"architectures": [cls], "model_type": MAPPED[cls][0]}, None)
+        assert choice.runner is not None and choice.runner.name == "multimodal"
+
+
+# PaliGemma's processor makes its labels with np.array of a tensor (transformers' own warning)
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+@pytest.mark.parametrize("cls", VISION)
+def test_an_image_text_to_text_family_builds_and_its_processor_round_trips(
+    cls: str, tmp_path: Path
+) -> None:
+    """``AutoProcessor`` of the saved folder gives the multimodal runner's inputs (the image's
+    pixels, its tokens in the prompt), and the model takes them."""
+    import torch
+    import transformers
+
+    from pytest_neuronsupport.runners import multimodal
+
+    architectures.build(cls, *MAPPED[cls], tmp_path)
+    loaded = multimodal.load_processor({"checkpoint": str(tmp_path)})
+    inputs = multimodal.encode(loaded)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert config.architectures == [cls]
+    assert inputs["pixel_values"].is_floating_point()
+    assert int((inputs["input_ids"] == config.image_token_id).sum()) >= 4
+    assert len(loaded.tokenizer) <= config.get_text_config().vocab_size
+    model: Any = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path)
+    model.eval()
+    assert type(model).__name__ == cls
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    with torch.no_grad():  # the image's features fill exactly its tokens
+        logits = model(**inputs).logits
+    assert logits.shape[:2] == inputs["input_ids"].shape
 
 
 def test_the_sample_covers_every_kind() -> None:

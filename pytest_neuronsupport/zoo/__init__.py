@@ -27,14 +27,16 @@ Modules, each importing only those listed after it:
 
 - ``builder``: :func:`build`, :func:`ensure_built` and :func:`zoo_root` (cache, lock, rename).
 - ``catalog``: the one table of models, :class:`ZooModel` entries, :func:`names`, :func:`get`.
-- ``processor``: llava's processor (CLIP image processor, llava-1.5 chat template).
+- ``processor``: llava's processor (CLIP image processor, llava-1.5 chat template), and those
+  of the image-text-to-text families of ``architectures`` (``VISION``).
 - ``configs``: the ``transformers`` config factories and the sizes they share.
 - ``sharpen``: the sharpeners, which give the random models clear winners over near-ties.
 - ``tokenizer``: tokenizer families, byte-level BPE training, the ``transformers`` wrapper.
 - ``corpus``: the English training corpus of the tokenizers.
 - ``architectures`` (apart, with ``architecture_table``): a tiny model of every class transformers
   maps for the card's text tasks, its config shrunk, the ``roberta`` family's tokenizer
-  (``neuronsupport zoo build --architectures``); the table says which build and why not.
+  (an image-text-to-text family's processor too: ``processor``) (``neuronsupport zoo build
+  --architectures``); the table says which build and why not.
 """
 
 from __future__ import annotations

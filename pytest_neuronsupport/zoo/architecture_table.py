@@ -2,7 +2,8 @@
 """The tiny architectures: which mapped classes build, and why the others do not.
 
 Measured with transformers 5.24.0 by building each class of
-:func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded random weights).
+:func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded random weights;
+an image-text-to-text family's processor too, which torchvision's absence rules out for some).
 ``tests/test_architectures.py`` fails when transformers maps a class that is in neither table.
 """
 
@@ -231,6 +232,7 @@ BUILT: frozenset[str] = frozenset(
         "IBertForQuestionAnswering",
         "IBertForSequenceClassification",
         "IBertForTokenClassification",
+        "Idefics3ForConditionalGeneration",
         "Inkling2ForCausalLM",
         "Inkling2LoopForCausalLM",
         "InklingForCausalLM",
@@ -264,6 +266,8 @@ BUILT: frozenset[str] = frozenset(
         "LlamaForQuestionAnswering",
         "LlamaForSequenceClassification",
         "LlamaForTokenClassification",
+        "LlavaForConditionalGeneration",
+        "LlavaNextForConditionalGeneration",
         "LongT5ForConditionalGeneration",
         "LongformerForMaskedLM",
         "LongformerForQuestionAnswering",
@@ -374,6 +378,7 @@ BUILT: frozenset[str] = frozenset(
         "PLBartForCausalLM",
         "PLBartForConditionalGeneration",
         "PLBartForSequenceClassification",
+        "PaliGemmaForConditionalGeneration",
         "PegasusForCausalLM",
         "PegasusForConditionalGeneration",
         "PegasusXForConditionalGeneration",
@@ -559,6 +564,7 @@ NOT_BUILDABLE: dict[str, str] = {
     "LayoutLMv2ForTokenClassification": "ImportError: LayoutLMv2Model requires the detectron2 library but it was not found in your environment. Check out the instructions on the installation page: https://github.com/facebookresearch/detectron2/blob/master/INSTALL.md and follow the",
     "Lfm2MoeForCausalLM": "TypeError: 'NoneType' object is not subscriptable",
     "Llama4ForCausalLM": "AttributeError: 'Llama4Config' object has no attribute 'pad_token_id'",
+    "LlavaOnevisionForConditionalGeneration": "its processor (LlavaOnevisionProcessor) takes a video processor, and LlavaOnevisionVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
     "LongcatFlashForCausalLM": "its shrunk config still has 147,010,816 parameters (over 20M)",
     "LukeForMaskedLM": "its shrunk config still has 128,832,032 parameters (over 20M)",
     "LukeForQuestionAnswering": "its shrunk config still has 128,240,002 parameters (over 20M)",
@@ -569,6 +575,7 @@ NOT_BUILDABLE: dict[str, str] = {
     "MinistralForQuestionAnswering": "TypeError: unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'",
     "MinistralForSequenceClassification": "TypeError: unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'",
     "MinistralForTokenClassification": "TypeError: unsupported operand type(s) for ** or pow(): 'NoneType' and 'float'",
+    "Mistral3ForConditionalGeneration": "its processor (PixtralProcessor) requires torchvision (not a dependency), though PixtralImageProcessorPil does not",
     "MusicgenForCausalLM": "AttributeError: 'MusicgenConfig' object has no attribute 'dropout'",
     "MusicgenMelodyForCausalLM": "AttributeError: 'MusicgenMelodyConfig' object has no attribute 'dropout'",
     "Nemotron3_5TranscribeForConditionalGeneration": "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: `head_config.audio_hidden_size` (512) must match `audio_config.hidden_size` (64).",
@@ -580,10 +587,14 @@ NOT_BUILDABLE: dict[str, str] = {
     "OlmoHybridForCausalLM": "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: OLMoHybrid expects at least one attention layer.",
     "PerceiverForMaskedLM": "its shrunk config still has 260,479,552 parameters (over 20M)",
     "PerceiverForSequenceClassification": "its shrunk config still has 269,756,483 parameters (over 20M)",
+    "Qwen2VLForConditionalGeneration": "its processor (Qwen2VLProcessor) takes a video processor, and Qwen2VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
+    "Qwen2_5_VLForConditionalGeneration": "its processor (Qwen2_5_VLProcessor) takes a video processor, and Qwen2VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
+    "Qwen3VLForConditionalGeneration": "its processor (Qwen3VLProcessor) takes a video processor, and Qwen3VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
     "Qwen3_5ForCausalLM": "AttributeError: 'Qwen3_5Config' object has no attribute 'vocab_size'",
     "Qwen3_5MoeForCausalLM": "AttributeError: 'Qwen3_5MoeConfig' object has no attribute 'vocab_size'",
     "Qwen4ExpForCausalLM": "AttributeError: 'Qwen4ExpConfig' object has no attribute 'vocab_size'",
     "ReformerModelWithLMHead": "AssertionError: If you want to use `ReformerModelWithLMHead` make sure that `is_decoder=True`.",
+    "SmolVLMForConditionalGeneration": "its processor (SmolVLMProcessor) takes a video processor, and SmolVLMVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
     "VibeVoiceAsrForConditionalGeneration": "its shrunk config still has 687,614,208 parameters (over 20M)",
     "Zamba2ForCausalLM": "StrictDataclassClassValidationError: Class validation error for validator 'validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (54)",
     "Zamba2ForSequenceClassification": "StrictDataclassClassValidationError: Class validation error for validator 'validate_layer_type': ValueError: `num_hidden_layers` (2) must be equal to the number of `layer_types` (54)",

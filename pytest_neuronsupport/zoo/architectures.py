@@ -1,4 +1,5 @@
-"""A tiny random checkpoint of every architecture transformers maps for the card's text tasks.
+"""A tiny random checkpoint of every architecture transformers maps for the card's text tasks,
+and of the image-text-to-text families of :data:`VISION_TYPES`.
 
 One checkpoint per (model type, head class) of the installed transformers' auto mappings
 (:mod:`pytest_neuronsupport.automap`) for the kinds in :data:`KINDS`: the model type's config
@@ -6,6 +7,9 @@ class with its sizes shrunk (hidden size, layers, heads, experts, feed-forward, 
 same keys in every nested config), as transformers' ``utils/create_dummy_models.py`` does,
 random weights from a seed derived from the class name, and the zoo's byte-level BPE tokenizer
 (the ``roberta`` family: every special token a head needs), whose size is the vocabulary.
+An image-text-to-text class of :data:`VISION_TYPES` is built as one (its vision tower shrunk
+too, for 32x32 images in 8x8 patches), with its family's processor on the PIL backend, chat
+template and image tokens (:data:`~.processor.VISION`), for the multimodal runner.
 
 What cannot be built is listed in :mod:`.architecture_table`, each class with its reason; the
 coverage test (``tests/test_architectures.py``) fails when transformers maps a class that is in
@@ -36,10 +40,27 @@ KINDS = (
     "sequence_classification",
 )
 FAMILY = "roberta"
+#: The image-text-to-text model types the zoo builds with a processor (those of
+#: :data:`~.processor.VISION`), or lists with why it cannot (the architecture table): their
+#: classes of that mapping are built as image-text-to-text models, not as text ones.
+VISION_TYPES = (
+    "llava",
+    "llava_next",
+    "llava_onevision",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "gemma3",
+    "paligemma",
+    "idefics3",
+    "smolvlm",
+    "mistral3",
+)
 #: The cache's folder of the checkpoints, named by the version of how they are built (2: a
 #: hybrid keeps an attention layer, an encoder-decoder without a start token starts from pad;
-#: 3: latent attention, rotary, expert-group and per-model-type sizes that run in eager).
-BUILD_VERSION = 3
+#: 3: latent attention, rotary, expert-group and per-model-type sizes that run in eager;
+#: 4: the image-text-to-text classes of VISION_TYPES with their processor).
+BUILD_VERSION = 4
 FOLDER = f"architectures-v{BUILD_VERSION}"
 #: Config keys shrunk wherever they appear (nested configs too), to these values.
 SIZES: dict[str, int] = {
@@ -110,8 +131,12 @@ LABELLED = ("token_classification", "sequence_classification")
 
 def mapped() -> list[tuple[str, str, str]]:
     """(model type, class, kind) of every class the installed transformers maps for
-    :data:`KINDS`, each class once, under the first kind that maps it."""
+    :data:`KINDS`, and as ``image_text_to_text`` for the model types of :data:`VISION_TYPES`,
+    each class once, under the first kind that maps it (image-text-to-text first)."""
     seen: dict[str, tuple[str, str, str]] = {}
+    for model_type, classes in automap.table(VISION).items():
+        for cls in classes if model_type in VISION_TYPES else ():
+            seen.setdefault(cls, (model_type, cls, VISION))
     for kind in KINDS:
         for model_type, classes in automap.table(kind).items():
             for cls in classes:
@@ -119,15 +144,18 @@ def mapped() -> list[tuple[str, str, str]]:
     return sorted(seen.values(), key=lambda t: t[1])
 
 
+#: The kind of mapping of the classes of VISION_TYPES.
+VISION = "image_text_to_text"
 #: The task a list entry names for a class that is also an image-text-to-text model, built as
 #: a text model (so the mappings route it by what it was built as).
 TEXT_TASKS = {"causal_lm": "text-generation", "seq2seq_lm": "text2text-generation"}
 #: The bundled list of every tiny architecture that builds (``model_list()`` writes it).
 LIST_NAME = "architectures.toml"
 _LIST_HEADER = """\
-# Every architecture transformers maps for the card's text tasks: a tiny random model of each
-# class that builds (`neuronsupport zoo build --architectures`), built on first use into the
-# cache. Generated: `neuronsupport zoo list --architectures > model_lists/architectures.toml`
+# Every architecture transformers maps for the card's text tasks, and the image-text-to-text
+# families the zoo builds with a processor: a tiny random model of each class that builds
+# (`neuronsupport zoo build --architectures`), built on first use into the cache. Generated:
+# `neuronsupport zoo list --architectures > model_lists/architectures.toml`
 # (tests/test_architectures.py fails when this file differs). Not part of the default sweep:
 # `pytest --neuron-sweep --neuron-models architectures`. Its expected results on the CPU with
 # aot_eager: architectures-expected.toml (`--neuron-baseline`). transformers {version}.
@@ -200,13 +228,25 @@ def shrunk(values: dict[str, Any], ids: dict[str, Any], full: bool = False) -> d
     return out
 
 
-def make_config(model_type: str, kind: str, ids: dict[str, Any]) -> Any:
-    """The model type's config, its sizes shrunk (three labels for a classifier)."""
+def merged(values: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``more`` set over them, nested dicts merged key by key."""
+    out = dict(values)
+    for key, value in more.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if nested else value
+    return out
+
+
+def make_config(
+    model_type: str, kind: str, ids: dict[str, Any], more: dict[str, Any] | None = None
+) -> Any:
+    """The model type's config, its sizes shrunk (three labels for a classifier), ``more``
+    set over them (an image-text-to-text model's tower and image tokens)."""
     from transformers import CONFIG_MAPPING
 
     config_cls = CONFIG_MAPPING[model_type]
     values = shrunk(config_cls().to_dict(), ids, model_type in FULL)
-    kwargs = {**values, **OVERRIDES.get(model_type, {})}
+    kwargs = merged({**values, **OVERRIDES.get(model_type, {})}, more or {})
     if kind in LABELLED:
         kwargs["num_labels"] = 3
     if model_type in PADDED:
@@ -215,18 +255,24 @@ def make_config(model_type: str, kind: str, ids: dict[str, Any]) -> Any:
 
 
 def build(cls: str, model_type: str, kind: str, dest: Path) -> None:
-    """Write the tiny checkpoint of one class (config, weights, tokenizer) into ``dest``."""
+    """Write the tiny checkpoint of one class (config, weights, tokenizer; an image-text-to-text
+    model's processor too) into ``dest``."""
     import torch
     import transformers
 
+    from pytest_neuronsupport.zoo.processor import VISION as RECIPES
+
     dest.mkdir(parents=True, exist_ok=True)
     with _quiet_deterministic_build():
-        tokenizer = make_tokenizer(FAMILY, token_type_ids=False)
-        ids = family_ids(tokenizer, FAMILY)
-        config = make_config(model_type, kind, ids)
+        recipe = RECIPES[model_type] if kind == VISION else None
+        tokenizer = make_tokenizer(FAMILY, False, named=recipe.tokens if recipe else None)
+        # a processor may add tokens (PaliGemma's): the vocabulary is counted after it
+        processor = recipe.processor(tokenizer) if recipe else tokenizer
+        more = recipe.config(tokenizer) if recipe else None
+        config = make_config(model_type, kind, family_ids(tokenizer, FAMILY), more)
         torch.manual_seed(seed_of(cls))
         model = getattr(transformers, cls)(config).eval()
-        tokenizer.save_pretrained(str(dest))
+        processor.save_pretrained(str(dest))  # a processor saves its tokenizer too
         model.save_pretrained(str(dest))
 
 

@@ -1,7 +1,10 @@
-"""The processor of the zoo models that take more than text (``llava``)."""
+"""The processors of the zoo models that take more than text: ``llava``'s, and those of the
+tiny image-text-to-text architectures (:data:`VISION`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_neuronsupport.zoo.configs import IMAGE_SIZE, PATCH_SIZE
@@ -52,3 +55,181 @@ def llava_processor(tokenizer: Any) -> Any:
         num_additional_image_tokens=1,  # CLIP's CLS token
         chat_template=_LLAVA_TEMPLATE,
     )
+
+
+# The tiny image-text-to-text architectures (:mod:`.architectures`): each family's processor
+# on the PIL backend, with its chat template and the image tokens its model type's tokenizer
+# names, for 32x32 images in 8x8 patches (as llava's above).
+
+#: Gemma 3's turns; an image is its begin-of-image token, which the processor expands.
+_GEMMA3_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<start_of_turn>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- else %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'image' %}{{- '<start_of_image>' }}"
+    "{%- elif item['type'] == 'text' %}{{- item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<end_of_turn>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"
+)
+#: PaliGemma's prompt: the images, then the text (the processor adds bos and the newline).
+_PALIGEMMA_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- for item in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{- '<image>' }}"
+    "{%- endfor %}"
+    "{%- for item in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{- item['text'] }}"
+    "{%- endfor %}"
+    "{%- endfor %}"
+)
+#: Idefics3's (SmolVLM's) turns: "User:<image>text<end_of_utterance>\nAssistant:".
+_IDEFICS3_TEMPLATE = (
+    "<|im_start|>"
+    "{%- for message in messages %}"
+    "{{- message['role'] | capitalize }}"
+    "{%- if message['content'][0]['type'] == 'image' %}{{- ':' }}{%- else %}{{- ': ' }}{%- endif %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'text' %}{{- item['text'] }}"
+    "{%- elif item['type'] == 'image' %}{{- '<image>' }}{%- endif %}"
+    "{%- endfor %}"
+    "<end_of_utterance>\n"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- 'Assistant:' }}{%- endif %}"
+)
+#: LLaVA-NeXT's tiles: the 32x32 base image and the best fit of these (height, width).
+_PINPOINTS = [[32, 64], [64, 32], [64, 64]]
+_SQUARE = {"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
+
+
+@dataclass(frozen=True)
+class Vision:
+    """How a tiny image-text-to-text model of one model type is built: the special tokens its
+    tokenizer names (by role), the config keys set beside the shrunk sizes (given the
+    tokenizer, for the image tokens' ids) and its processor (given the tokenizer)."""
+
+    tokens: dict[str, str]
+    config: Callable[[Any], dict[str, Any]]
+    processor: Callable[[Any], Any]
+
+
+def _tower(**more: Any) -> dict[str, Any]:
+    return {"image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE, **more}
+
+
+def _llava_next_processor(tokenizer: Any) -> Any:
+    from transformers import LlavaNextImageProcessorPil, LlavaNextProcessor
+
+    image_processor = LlavaNextImageProcessorPil(
+        size={"shortest_edge": IMAGE_SIZE}, crop_size=_SQUARE, image_grid_pinpoints=_PINPOINTS
+    )
+    return LlavaNextProcessor(  # type: ignore[no-untyped-call]
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's CLS token
+        chat_template=_LLAVA_TEMPLATE,
+    )
+
+
+def _gemma3_processor(tokenizer: Any) -> Any:
+    from transformers import Gemma3ImageProcessorPil, Gemma3Processor
+
+    image_processor = Gemma3ImageProcessorPil(size=_SQUARE)
+    return Gemma3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=_GEMMA3_TEMPLATE,
+        image_seq_length=_GEMMA3_TOKENS,
+    )
+
+
+def _paligemma_processor(tokenizer: Any) -> Any:
+    """SigLIP's image processor, which PaliGemma's processor asks the image's token count of;
+    the processor adds PaliGemma's location and segmentation tokens to the tokenizer."""
+    from transformers import PaliGemmaProcessor, SiglipImageProcessorPil
+
+    image_processor: Any = SiglipImageProcessorPil(size=_SQUARE)
+    image_processor.image_seq_length = _PATCHES
+    return PaliGemmaProcessor(  # type: ignore[no-untyped-call]
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=_PALIGEMMA_TEMPLATE
+    )
+
+
+def _idefics3_processor(tokenizer: Any) -> Any:
+    """One 32x32 image, not split: its 16 patches, merged 2x2, are 4 image tokens."""
+    from transformers import Idefics3ImageProcessorPil, Idefics3Processor
+
+    edge = {"longest_edge": IMAGE_SIZE}
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False, size=edge, max_image_size=edge
+    )
+    return Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=_PATCHES // 4,
+        chat_template=_IDEFICS3_TEMPLATE,
+    )
+
+
+#: Gemma 3's image: its 4x4 patches pooled to 2x2 tokens.
+_GEMMA3_TOKENS = 4
+#: The image-text-to-text model types built with a processor, by model type.
+VISION: dict[str, Vision] = {
+    "llava": Vision(
+        {"image_token": "<image>"},
+        lambda tok: {"vision_config": _tower(), "image_token_index": tok.image_token_id},
+        llava_processor,
+    ),
+    "llava_next": Vision(
+        {"image_token": "<image>"},
+        lambda tok: {
+            "vision_config": _tower(),
+            "image_grid_pinpoints": _PINPOINTS,
+            "image_token_index": tok.image_token_id,
+            "image_seq_length": _PATCHES,
+        },
+        _llava_next_processor,
+    ),
+    "gemma3": Vision(
+        {
+            "image_token": "<image_soft_token>",
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+        },
+        lambda tok: {
+            "vision_config": _tower(),
+            "mm_tokens_per_image": _GEMMA3_TOKENS,
+            "image_token_index": tok.image_token_id,
+            "boi_token_index": tok.boi_token_id,
+            "eoi_token_index": tok.eoi_token_id,
+        },
+        _gemma3_processor,
+    ),
+    "paligemma": Vision(
+        {"image_token": "<image>"},
+        lambda tok: {
+            "vision_config": _tower(),
+            "text_config": {"num_image_tokens": _PATCHES},
+            "image_token_index": tok.image_token_id,
+        },
+        _paligemma_processor,
+    ),
+    "idefics3": Vision(
+        {
+            "image_token": "<image>",
+            "fake_image_token": "<fake_token_around_image>",
+            "end_of_utterance_token": "<end_of_utterance>",
+        },
+        lambda tok: {
+            "vision_config": _tower(),
+            "scale_factor": 2,
+            "image_token_id": tok.image_token_id,
+        },
+        _idefics3_processor,
+    ),
+}

@@ -107,11 +107,13 @@ def _train_bpe(family: str) -> Tokenizer:
     return tok
 
 
-def make_tokenizer(family: str, token_type_ids: bool) -> Any:
+def make_tokenizer(family: str, token_type_ids: bool, named: dict[str, str] | None = None) -> Any:
     """Return the trained tokenizer of *family* wrapped as a ``PreTrainedTokenizerFast``.
 
     *token_type_ids* says whether the model takes ``token_type_ids`` (BERT, DeBERTa) or not
-    (decoders, RoBERTa, DistilBERT); it sets the tokenizer's ``model_input_names``.
+    (decoders, RoBERTa, DistilBERT); it sets the tokenizer's ``model_input_names``. *named*:
+    more special tokens, each by its role (``{"image_token": "<image>"}``: the tokenizer's
+    ``image_token`` and ``image_token_id``), added after the trained vocabulary.
     """
     import transformers
     from tokenizers import AddedToken
@@ -167,6 +169,8 @@ def make_tokenizer(family: str, token_type_ids: bool) -> Any:
     input_names = ["input_ids", "token_type_ids", "attention_mask"]
     if not token_type_ids:
         input_names.remove("token_type_ids")
+    if named:
+        kwargs["extra_special_tokens"] = {**kwargs.get("extra_special_tokens", {}), **named}
     return fast_tokenizer_cls(
         tokenizer_object=_train_bpe(family),
         model_max_length=_MODEL_MAX_LENGTH,
