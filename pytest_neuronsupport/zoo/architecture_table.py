@@ -3,7 +3,7 @@
 
 Measured with transformers 5.24.0 by building each class of
 :func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded random weights;
-an image-text-to-text family's processor too, which torchvision's absence rules out for some).
+an image-text-to-text family's processor too).
 ``tests/test_architectures.py`` fails when transformers maps a class that is in neither table.
 """
 
@@ -405,6 +405,8 @@ BUILT: frozenset[str] = frozenset(
         "Qwen2MoeForQuestionAnswering",
         "Qwen2MoeForSequenceClassification",
         "Qwen2MoeForTokenClassification",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
         "Qwen3ASRForConditionalGeneration",
         "Qwen3ASRForTokenClassification",
         "Qwen3ForCausalLM",
@@ -419,6 +421,7 @@ BUILT: frozenset[str] = frozenset(
         "Qwen3NextForQuestionAnswering",
         "Qwen3NextForSequenceClassification",
         "Qwen3NextForTokenClassification",
+        "Qwen3VLForConditionalGeneration",
         "Qwen3_5ForSequenceClassification",
         "Qwen3_5ForTokenClassification",
         "Qwen3_5TextForSequenceClassification",
@@ -587,9 +590,6 @@ NOT_BUILDABLE: dict[str, str] = {
     "OlmoHybridForCausalLM": "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: OLMoHybrid expects at least one attention layer.",
     "PerceiverForMaskedLM": "its shrunk config still has 260,479,552 parameters (over 20M)",
     "PerceiverForSequenceClassification": "its shrunk config still has 269,756,483 parameters (over 20M)",
-    "Qwen2VLForConditionalGeneration": "its processor (Qwen2VLProcessor) takes a video processor, and Qwen2VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
-    "Qwen2_5_VLForConditionalGeneration": "its processor (Qwen2_5_VLProcessor) takes a video processor, and Qwen2VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
-    "Qwen3VLForConditionalGeneration": "its processor (Qwen3VLProcessor) takes a video processor, and Qwen3VLVideoProcessor requires torchvision (not a dependency: transformers' video processors have no PIL backend)",
     "Qwen3_5ForCausalLM": "AttributeError: 'Qwen3_5Config' object has no attribute 'vocab_size'",
     "Qwen3_5MoeForCausalLM": "AttributeError: 'Qwen3_5MoeConfig' object has no attribute 'vocab_size'",
     "Qwen4ExpForCausalLM": "AttributeError: 'Qwen4ExpConfig' object has no attribute 'vocab_size'",

@@ -1,5 +1,5 @@
 """The processors of the zoo models that take more than text: ``llava``'s, and those of the
-tiny image-text-to-text architectures (:data:`VISION`)."""
+tiny image-text-to-text architectures (:data:`VISION`), none of which needs torchvision."""
 
 from __future__ import annotations
 
@@ -233,3 +233,94 @@ VISION: dict[str, Vision] = {
         _idefics3_processor,
     ),
 }
+
+
+# The families whose own processor takes a video processor (transformers' video processors
+# need torchvision, which does not import beside the CPU torch wheel) or requires torchvision
+# (Pixtral's): each is saved with the processor of another model type that takes no video
+# processor and builds the same inputs from the family's image processor (the same count of
+# image tokens); ``AutoProcessor`` loads the processor class the folder names.
+
+#: Qwen2-VL's (and Qwen2.5-VL's, Qwen3-VL's) turns; an image is its pad token between the
+#: vision start and end, which the processor expands.
+_QWEN_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- else %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'image' %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif item['type'] == 'text' %}{{- item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+_QWEN_TOKENS = {
+    "image_token": "<|image_pad|>",
+    "video_token": "<|video_pad|>",
+    "vision_start_token": "<|vision_start|>",
+    "vision_end_token": "<|vision_end|>",
+}
+
+
+def _qwen_vl_processor(patch_size: int) -> Callable[[Any], Any]:
+    """Qwen2-VL's image processor (32x32 images: patches of *patch_size*, merged 2x2) in
+    PaddleOCR-VL's processor: Qwen2-VL's without the video processor (its image tokens are
+    the same count, the grid's patches over the merge)."""
+
+    def make(tokenizer: Any) -> Any:
+        from transformers import PaddleOCRVLProcessor, Qwen2VLImageProcessorPil
+
+        pixels = IMAGE_SIZE * IMAGE_SIZE
+        image_processor = Qwen2VLImageProcessorPil(
+            size={"shortest_edge": pixels, "longest_edge": pixels},
+            patch_size=patch_size,
+            merge_size=2,
+            temporal_patch_size=2,
+        )
+        return PaddleOCRVLProcessor(  # type: ignore[no-untyped-call]
+            image_processor=image_processor, tokenizer=tokenizer, chat_template=_QWEN_TEMPLATE
+        )
+
+    return make
+
+
+def _qwen_config(tokenizer: Any, vision: dict[str, Any], head: int = 16) -> dict[str, Any]:
+    """The image tokens' ids, the tower of two layers, and the text model's multimodal rotary
+    sections over its head of 16 (temporal, height, width: 2 + 3 + 3 of its 8 frequencies)."""
+    return {
+        "vision_config": {"depth": 2, "patch_size": PATCH_SIZE, **vision},
+        "text_config": {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 3, 3],
+            }
+        },
+        "image_token_id": tokenizer.image_token_id,
+        "video_token_id": tokenizer.video_token_id,
+        "vision_start_token_id": tokenizer.vision_start_token_id,
+        "vision_end_token_id": tokenizer.vision_end_token_id,
+    }
+
+
+VISION["qwen2_vl"] = Vision(
+    _QWEN_TOKENS,
+    lambda tok: _qwen_config(tok, {"embed_dim": 64, "hidden_size": 64}),
+    _qwen_vl_processor(PATCH_SIZE),
+)
+VISION["qwen2_5_vl"] = Vision(
+    _QWEN_TOKENS,
+    lambda tok: _qwen_config(
+        tok, {"out_hidden_size": 64, "window_size": 16, "fullatt_block_indexes": [1]}
+    ),
+    _qwen_vl_processor(PATCH_SIZE),
+)
+VISION["qwen3_vl"] = Vision(
+    _QWEN_TOKENS,
+    lambda tok: _qwen_config(
+        tok,
+        {"out_hidden_size": 64, "num_position_embeddings": 16, "deepstack_visual_indexes": [1]},
+    ),
+    _qwen_vl_processor(PATCH_SIZE),
+)
