@@ -8,7 +8,8 @@ same keys in every nested config), as transformers' ``utils/create_dummy_models.
 random weights from a seed derived from the class name, and the zoo's byte-level BPE tokenizer
 (the ``roberta`` family: every special token a head needs), whose size is the vocabulary.
 An image-text-to-text class of :data:`VISION_TYPES` is built as one (its vision tower shrunk
-too, for 32x32 images in 8x8 patches), with its family's processor on the PIL backend, chat
+too, for 32x32 images in 8x8 patches), with its family's image processor on the PIL backend
+in its family's processor (or one that takes the same inputs without a video processor), chat
 template and image tokens (:data:`~.processor.VISION`), for the multimodal runner.
 
 What cannot be built is listed in :mod:`.architecture_table`, each class with its reason; the

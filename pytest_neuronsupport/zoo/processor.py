@@ -324,3 +324,76 @@ VISION["qwen3_vl"] = Vision(
     ),
     _qwen_vl_processor(PATCH_SIZE),
 )
+
+
+def _llava_onevision_processor(tokenizer: Any) -> Any:
+    """LLaVA-OneVision's image processor (its tiles as LLaVA-NeXT's above) in LLaVA-NeXT's
+    processor: LLaVA-OneVision's without the video processor. Its tower is SigLIP's (no CLS
+    token), and its images' tiles are few enough that the model does not pool them (at most
+    nine tiles' worth: ``anyres_max_9``), so the two count the image's tokens alike."""
+    from transformers import LlavaNextProcessor, LlavaOnevisionImageProcessorPil
+
+    image_processor = LlavaOnevisionImageProcessorPil(size=_SQUARE, image_grid_pinpoints=_PINPOINTS)
+    return LlavaNextProcessor(  # type: ignore[no-untyped-call]
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="full",
+        num_additional_image_tokens=0,
+        chat_template=_LLAVA_TEMPLATE,
+    )
+
+
+def _mistral3_processor(tokenizer: Any) -> Any:
+    """Pixtral's image processor (32x32 images, patches of 8 merged 2x2) in LightOnOCR's
+    processor, which counts the image's tokens as Mistral 3's model does: Pixtral's processor
+    (Mistral 3's own) requires torchvision."""
+    from transformers import LightOnOcrProcessor, PixtralImageProcessorPil
+
+    image_processor = PixtralImageProcessorPil(
+        size={"longest_edge": IMAGE_SIZE}, patch_size=2 * PATCH_SIZE
+    )
+    return LightOnOcrProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=2,
+        chat_template=_MISTRAL3_TEMPLATE,
+    )
+
+
+#: Mistral's turns: "[INST][IMG]text[/INST]" (the processor expands the image token).
+_MISTRAL3_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{{- '[INST]' }}{%- endif %}"
+    "{%- if message['content'] is string %}{{- message['content'] }}{%- else %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'image' %}{{- '[IMG]' }}"
+    "{%- elif item['type'] == 'text' %}{{- item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{%- if message['role'] == 'user' %}{{- '[/INST]' }}{%- endif %}"
+    "{%- endfor %}"
+)
+
+VISION["smolvlm"] = Vision(
+    VISION["idefics3"].tokens, VISION["idefics3"].config, _idefics3_processor
+)
+VISION["llava_onevision"] = Vision(
+    {"image_token": "<image>", "video_token": "<video>"},
+    lambda tok: {
+        "vision_config": _tower(),
+        "image_grid_pinpoints": _PINPOINTS,
+        "image_token_index": tok.image_token_id,
+        "video_token_index": tok.video_token_id,
+    },
+    _llava_onevision_processor,
+)
+VISION["mistral3"] = Vision(
+    {"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"},
+    lambda tok: {
+        "vision_config": _tower(),
+        "spatial_merge_size": 2,
+        "image_token_index": tok.image_token_id,
+    },
+    _mistral3_processor,
+)
