@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_neuronsupport.devices import Device
@@ -19,9 +20,26 @@ from pytest_neuronsupport.runners.lib.backend import resolve_backend
 #: Backends every torch release registers: accepted without importing torch (seconds).
 BUILTIN = frozenset({"inductor", "aot_eager", "eager", "cudagraphs"})
 
+#: The variables with which torch turns ``torch.compile`` off (``=1``): each model would run
+#: eager, compared with itself, and PASS having compiled nothing.
+COMPILE_OFF = ("TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE")
 
-def check_backend(name: str, device: Device, workdir: Path) -> str | None:
-    """Why ``name`` cannot be used on ``device``, or None when it can."""
+
+def compile_turned_off(environ: Mapping[str, str]) -> str | None:
+    """Why nothing would be compiled in ``environ``'s runs (they inherit it), or None."""
+    names = [name for name in COMPILE_OFF if environ.get(name) == "1"]
+    if not names:
+        return None
+    return f"{names[0]}=1 turns torch.compile off: no model would be compiled"
+
+
+def check_backend(
+    name: str, device: Device, workdir: Path, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """Why ``name`` cannot be used on ``device`` (or at all with ``environ``, which the runs
+    inherit), or None when it can."""
+    if off := compile_turned_off(environ):
+        return f"{off}; unset it to sweep"
     if ":" in name:
         return _check_import_path(name, workdir)
     if name == device.default_backend or name in BUILTIN:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import plugin, report, session, xdist
+from pytest_neuronsupport.backends import compile_turned_off
 from pytest_neuronsupport.baseline import Baseline, Expected
 from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
 from pytest_neuronsupport.dataset.schema import SUPPORT
@@ -126,6 +128,21 @@ def test_a_results_location_that_cannot_be_used_is_a_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--neuron-results *afile is not a folder*"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize("variable", ["TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE"])
+def test_a_sweep_with_torch_compile_turned_off_is_refused(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    """Every model would PASS uncompiled (torch.compile runs the model as it is): refused."""
+    pytester.makefile(".toml", models='[[model]]\nid = "zoo:bert"\n')
+    monkeypatch.setenv(variable, "1")
+    result = pytester.runpytest_subprocess("--neuron-sweep", "--neuron-models", "models.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--neuron-backend: {variable}=1 turns torch.compile off*"])
+    assert not (pytester.path / "results").exists()
+    monkeypatch.setenv(variable, "0")  # only 1 turns it off, as torch reads it
+    assert compile_turned_off(os.environ) is None
 
 
 @pytest.mark.parametrize(

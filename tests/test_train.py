@@ -226,7 +226,8 @@ def test_training_sweep_finds_the_largest_batch_that_fits(searched: Sweep, model
     details = json.loads(row["check"])
     assert details["search_compiled"]["start"] == max(1, row["batch_native"])
     [trials] = results.glob(f"runs/*/*/{model.replace(':', '--')}/train-{SEQ_LEN}")
-    forked, fresh = ForkServerExecutor(), SubprocessExecutor()
+    # a fork server as the sweep makes one for its backend (aot_eager: no inductor preloaded)
+    forked, fresh = executor_for("fork", "aot_eager"), SubprocessExecutor()
     for mode in ("native", "compiled"):
         batch, failed = row[f"batch_{mode}"], details[f"search_{mode}"]["failed_at"]
         assert batch >= 1 and not row[f"batch_{mode}_capped"] and failed == batch + 1
