@@ -17,12 +17,13 @@ from pytest_neuronsupport.modellist import bundled_dir, parse
 from tests.sweeping import SweepRunner
 
 EXPECTED = bundled_dir() / "architectures-expected.toml"
-#: Every kind of the card's text tasks and every runner the list routes to, 12 of them (about
-#: a minute on 2 cores, each built first): decoders with and without experts, encoder-decoders
+#: Every kind of the card's tasks and every runner the list routes to, 13 of them (about a
+#: minute on 2 cores, each built first): decoders with and without experts, encoder-decoders
 #: (Marian was once routed as an encoder for its class name; T5 lacked a decoder start token),
 #: masked LMs (XLM's was once routed as a decoder), token and sequence classifiers (FNet takes
-#: no attention mask), question answering (a ``...Simple`` head once had no runner); one
-#: expected failure (ProphetNet: transformers' own generation refuses its position ids) and one
+#: no attention mask), question answering (a ``...Simple`` head once had no runner), an
+#: image-text-to-text model (Qwen2-VL: its image grid, rotary sections, a borrowed processor);
+#: one expected failure (ProphetNet: transformers' own generation refuses its position ids) and one
 #: exclusion (speech to text), so that every kind of row is held.
 SAMPLE = (
     "LlamaForCausalLM",
@@ -35,6 +36,7 @@ SAMPLE = (
     "FNetForTokenClassification",
     "RobertaForSequenceClassification",
     "XLNetForQuestionAnsweringSimple",
+    "Qwen2VLForConditionalGeneration",
     "ProphetNetForCausalLM",
     "VoxtralForConditionalGeneration",
 )
