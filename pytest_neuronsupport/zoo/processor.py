@@ -30,6 +30,15 @@ _LLAVA_TEMPLATE = (
     "{%- endif %}"
 )
 
+#: What LLaVA's and LLaVA-NeXT's processors are told of a CLIP tower: its patches, and the
+#: CLS token it adds (dropped by the "default" feature selection).
+_CLIP_TOWER = {
+    "patch_size": PATCH_SIZE,
+    "vision_feature_select_strategy": "default",
+    "num_additional_image_tokens": 1,
+    "chat_template": _LLAVA_TEMPLATE,
+}
+
 
 def llava_processor(tokenizer: Any) -> Any:
     """Return llava's ``LlavaProcessor``: a PIL-backed CLIP image processor and the tokenizer.
@@ -47,14 +56,7 @@ def llava_processor(tokenizer: Any) -> Any:
         size={"shortest_edge": IMAGE_SIZE},
         crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
     )
-    return processor_cls(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=PATCH_SIZE,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,  # CLIP's CLS token
-        chat_template=_LLAVA_TEMPLATE,
-    )
+    return processor_cls(image_processor=image_processor, tokenizer=tokenizer, **_CLIP_TOWER)
 
 
 # The tiny image-text-to-text architectures (:mod:`.architectures`): each family's processor
@@ -127,12 +129,7 @@ def _llava_next_processor(tokenizer: Any) -> Any:
         size={"shortest_edge": IMAGE_SIZE}, crop_size=_SQUARE, image_grid_pinpoints=_PINPOINTS
     )
     return LlavaNextProcessor(  # type: ignore[no-untyped-call]
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=PATCH_SIZE,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,  # CLIP's CLS token
-        chat_template=_LLAVA_TEMPLATE,
+        image_processor=image_processor, tokenizer=tokenizer, **_CLIP_TOWER
     )
 
 
