@@ -29,7 +29,7 @@ from pytest_neuronsupport.pipeline.isolate import (
 )
 from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.protocol import Result
-from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, out_of_memory
+from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, Float64Kept, out_of_memory
 from pytest_neuronsupport.views.training import train_report, train_tables
 from tests.sweeping import Sweep, SweepRunner
 
@@ -121,6 +121,28 @@ def _train_row(model_id: str, seq_len: int, batch: int, **more: Any) -> dict[str
         "tested_at": datetime.now(UTC).isoformat(),
         **more,
     }
+
+
+def test_the_float64_reference_step_keeps_the_models_casts_to_float32_in_float64() -> None:
+    """transformers' losses upcast the logits with ``.float()`` (and norms cast with
+    ``.to(torch.float32)``): in float64 that rounds the reference to float32."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = torch.randn(8, 50, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 50, (8,))
+    with Float64Kept():
+        casts = [logits.float(), logits.to(torch.float32), logits.to("cpu", torch.float32)]
+        casts += [logits.to(dtype=torch.float32), logits.type(torch.float32)]
+        loss = F.cross_entropy(logits.float(), labels)
+        loss.backward()  # type: ignore[no-untyped-call]
+        other = torch.ones(3, dtype=torch.float32).to(torch.float64)  # not a cast down: as is
+    assert logits.grad is not None
+    assert {t.dtype for t in [*casts, loss, logits.grad]} == {torch.float64}
+    assert other.dtype == torch.float64
+    exact = F.cross_entropy(logits.detach(), labels)
+    assert loss.item() == exact.item() != F.cross_entropy(logits.detach().float(), labels).item()
+    assert logits.float().dtype == torch.float32  # outside the mode, torch's own behaviour
 
 
 def test_training_rows_go_through_the_journal_and_merge_of_their_table(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ classification heads.
 
 ``PARAMS["trial"]`` says what this run is:
 
-* ``"check"``: the same step three times: on the CPU in float64 (the exact reference), eagerly
+* ``"check"``: the same step three times: on the CPU in float64 (the exact reference, with the
+  model's casts to float32 kept in float64: :class:`Float64Kept`), eagerly
   on the CPU in the run's precision (what that precision alone costs), compiled on the device.
   The loss, the gradient norm and the parameter update are each held to float64 by the output
   check's rule (``compare.held``, PyTorch's accuracy checker's, ``torch._dynamo.utils.same``:
@@ -29,6 +30,7 @@ classification heads.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import gc
@@ -39,6 +41,7 @@ from typing import Any
 import torch
 import torch._dynamo
 import transformers
+from torch.overrides import TorchFunctionMode
 
 from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.compare import ACCURACY_FLOOR_EPS, ACCURACY_MULTIPLE, held
@@ -134,7 +137,8 @@ def check(
         with step("train", Result.FAIL_TRAIN):
             if side == "device":
                 compile_forward(params, model)
-            sides[side] = one_step(model, batch, device, None if side == "fp64" else amp)
+            with Float64Kept() if side == "fp64" else contextlib.nullcontext():
+                sides[side] = one_step(model, batch, device, None if side == "fp64" else amp)
         model = None
         gc.collect()
     exact, eager, got = sides["fp64"], sides["eager"], sides["device"]
@@ -319,6 +323,32 @@ def one_step(
     if before is not None:
         done["delta"] = flat_parameters(model) - before
     return done
+
+
+class Float64Kept(TorchFunctionMode):
+    """float64 stays float64: a model's casts to float32 (transformers' losses upcast the
+    logits with ``logits.float()``, norms cast with ``.to(torch.float32)``) would otherwise
+    round the float64 reference step to float32 where it matters most."""
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Any = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.dtype == torch.float64:
+            if func is torch.Tensor.float:
+                return first
+            if func in (torch.Tensor.to, torch.Tensor.type):
+                keep = {torch.float32: torch.float64}
+                args = [
+                    first,
+                    *(keep.get(a, a) if isinstance(a, torch.dtype) else a for a in args[1:]),
+                ]
+                kwargs = {
+                    k: keep.get(v, v) if isinstance(v, torch.dtype) else v
+                    for k, v in kwargs.items()
+                }
+        return func(*args, **kwargs)
 
 
 def flat_parameters(model: Any) -> Any:
