@@ -27,18 +27,14 @@ COMPILE_OFF = ("TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE")
 
 def compile_turned_off(environ: Mapping[str, str]) -> str | None:
     """Why nothing would be compiled in ``environ``'s runs (they inherit it), or None."""
-    names = [name for name in COMPILE_OFF if environ.get(name) == "1"]
-    if not names:
-        return None
-    return f"{names[0]}=1 turns torch.compile off: no model would be compiled"
+    name = next((name for name in COMPILE_OFF if environ.get(name) == "1"), None)
+    return name and f"{name}=1 turns torch.compile off: no model would be compiled"
 
 
-def check_backend(
-    name: str, device: Device, workdir: Path, environ: Mapping[str, str] = os.environ
-) -> str | None:
-    """Why ``name`` cannot be used on ``device`` (or at all with ``environ``, which the runs
-    inherit), or None when it can."""
-    if off := compile_turned_off(environ):
+def check_backend(name: str, device: Device, workdir: Path) -> str | None:
+    """Why ``name`` cannot be used on ``device`` (or at all in this environment, which the
+    runs inherit), or None when it can."""
+    if off := compile_turned_off(os.environ):
         return f"{off}; unset it to sweep"
     if ":" in name:
         return _check_import_path(name, workdir)

@@ -338,16 +338,10 @@ class Float64Kept(TorchFunctionMode):
         if isinstance(first, torch.Tensor) and first.dtype == torch.float64:
             if func is torch.Tensor.float:
                 return first
-            if func in (torch.Tensor.to, torch.Tensor.type):
-                keep = {torch.float32: torch.float64}
-                args = [
-                    first,
-                    *(keep.get(a, a) if isinstance(a, torch.dtype) else a for a in args[1:]),
-                ]
-                kwargs = {
-                    k: keep.get(v, v) if isinstance(v, torch.dtype) else v
-                    for k, v in kwargs.items()
-                }
+            if func in (torch.Tensor.to, torch.Tensor.type):  # float32 given: float64 kept
+                kept = {torch.float32: torch.float64}.get
+                args = [first, *(kept(a, a) for a in args[1:])]
+                kwargs = {k: kept(v, v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 
