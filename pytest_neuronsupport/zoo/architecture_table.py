@@ -1,7 +1,7 @@
 # ruff: noqa: E501
 """The tiny architectures: which mapped classes build, and why the others do not.
 
-Measured with transformers 5.24.0 by building each class of
+Measured with transformers 5.25.0 by building each class of
 :func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded random weights;
 an image-text-to-text family's processor too).
 ``tests/test_architectures.py`` fails when transformers maps a class that is in neither table.
@@ -125,6 +125,7 @@ BUILT: frozenset[str] = frozenset(
         "ElectraForSequenceClassification",
         "ElectraForTokenClassification",
         "EncoderDecoderModel",
+        "ErgoForCausalLM",
         "Ernie4_5ForCausalLM",
         "Ernie4_5_MoeForCausalLM",
         "ErnieForCausalLM",
@@ -247,6 +248,7 @@ BUILT: frozenset[str] = frozenset(
         "JinaEmbeddingsV3ForTokenClassification",
         "KimiLinearForCausalLM",
         "Kolibri1ForCausalLM",
+        "Kolibri1_1ForCausalLM",
         "LEDForConditionalGeneration",
         "LEDForQuestionAnswering",
         "LagunaForCausalLM",
@@ -303,6 +305,7 @@ BUILT: frozenset[str] = frozenset(
         "MiMoV2FlashForCausalLM",
         "MiniCPM3ForCausalLM",
         "MiniCPM3ForSequenceClassification",
+        "MiniCPM5MoeForCausalLM",
         "MiniMaxForCausalLM",
         "MiniMaxForQuestionAnswering",
         "MiniMaxForSequenceClassification",

@@ -119,6 +119,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
     # an adapter is chosen by language: the first (and only) one
     "xmod": {"default_language": "en_XX"},
+    # its indexer's heads are those of one key head at most: 2 of the shrunk 4 / 2
+    "kolibri1_1": {"index_num_heads": 2},
 }
 #: Model types whose cut layer types keep a full-attention layer (T5Gemma 2's masks and static
 #: cache expect one; its first five of six layers slide).
