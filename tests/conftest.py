@@ -94,9 +94,11 @@ def sweep_folder(
     """A runner in a new folder of its own, for a sweep that several tests read: made in a
     session-scoped fixture, whose tests share an ``xdist_group`` so that one worker runs it."""
 
-    def folder(name: str, **env: str) -> SweepRunner:
+    def folder(name: str, *, own_leases: bool = False, **env: str) -> SweepRunner:
         path = tmp_path_factory.mktemp(name)
-        return SweepRunner(path, zoo_cache, env={"HF_HUB_OFFLINE": "1", **env})
+        return SweepRunner(
+            path, zoo_cache, env={"HF_HUB_OFFLINE": "1", **env}, own_leases=own_leases
+        )
 
     return folder
 

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from tests.sweeping import session_leases
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The virtual environment running the tests: the clone's ``.venv``.
 VENV = Path(sys.executable).parent.parent
@@ -107,7 +109,7 @@ def prepared(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Scrat
     scratch = Scratch(
         base / "docs-clone",
         zoo_cache,
-        base / "docs-leases",
+        session_leases(zoo_cache),
         base / "docs-clone.out",
         base / "docs-clone.junit.xml",
     )

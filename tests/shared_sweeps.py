@@ -76,9 +76,10 @@ RANK_FAULTS = {
 def timeouts(sweep_folder: Callable[..., SweepRunner]) -> Iterator[dict[str, PendingSweep]]:
     """Started at once, in the background: a sweep meeting every kind of crash (one run
     hangs), and the 2-core decoder whose rank 1 crashes, or hangs. Killed at the end of the
-    session if no test waited for them."""
+    session if no test waited for them. Each leases cores of its own (a hang holds its lease
+    until the timeout: the session's other sweeps do not wait for it)."""
     pending = {
-        "crashes": sweep_folder("crashes").start(
+        "crashes": sweep_folder("crashes", own_leases=True).start(
             *CRASHES,
             "zoo:bert-mlm",
             backend=MISBEHAVING,
@@ -89,7 +90,7 @@ def timeouts(sweep_folder: Callable[..., SweepRunner]) -> Iterator[dict[str, Pen
         ),
     }
     for how, (timeout, _) in RANK_FAULTS.items():
-        pending[f"rank-{how}"] = sweep_folder(f"rank-{how}").start(
+        pending[f"rank-{how}"] = sweep_folder(f"rank-{how}", own_leases=True).start(
             {"id": "zoo:llama-2core", "cores": 2},
             backend=MISBEHAVING,
             args=["--neuron-timeout", str(timeout)],

@@ -94,13 +94,21 @@ class PendingSweep:
         return Sweep(result, self.runner.read_rows(), *self.runner.read_junit(), self.runner)
 
 
+def session_leases(cache: Path) -> Path:
+    """The test session's one leases folder, beside the shared zoo of ``cache`` (the
+    session's cache, or a folder's whose zoo links to it)."""
+    return (cache / "zoo").resolve().parent / "leases"
+
+
 class SweepRunner:
     """Runs ``pytest --neuron-sweep`` in a subprocess, in one folder, with the shared zoo.
 
     ``pytester``: the folder is a test's pytester folder (kept for the tests that write files
     there through it). ``env``: set for every sweep of this runner, over the environment at
     the time the sweep starts (a test's ``monkeypatch`` changes count). ``own_cache`` false:
-    the sweeps use ``cache`` itself (CPU references, leases), not a cache of the folder's.
+    the sweeps use ``cache`` itself (CPU references), not a cache of the folder's.
+    ``own_leases``: the folder leases its cores alone (a sweep whose runs hang, in the
+    background, holding a core for minutes), not in the test session's one leases folder.
     """
 
     def __init__(
@@ -111,16 +119,20 @@ class SweepRunner:
         pytester: pytest.Pytester | None = None,
         env: Mapping[str, str] | None = None,
         own_cache: bool = True,
+        own_leases: bool = False,
     ) -> None:
         self.path = path
         self.pytester = pytester
         self.env = dict(env or {})
         self.pending: PendingSweep | None = None
         self.runs = 0
-        # Each folder has its cache and core leases but shares the built zoo and CPU references:
-        # the leases of one folder's sweeps must not wait for another's, running in parallel.
-        # (Not ``own_cache``: ``cache`` itself, as the sweep whose results were copied here.)
+        # Each folder has its cache but shares the built zoo and CPU references. (Not
+        # ``own_cache``: ``cache`` itself, as the sweep whose results were copied here.)
         self.cache = path / "cache" if own_cache else cache
+        # The cores are leased in one folder for the whole test session, as on a user's
+        # machine: runs of sweeps in parallel (xdist workers, folders) are pinned to CPUs
+        # apart, not all to the first.
+        leases = self.cache / "leases" if own_leases else session_leases(cache)
         if own_cache:
             self.cache.mkdir()
             (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
@@ -129,7 +141,7 @@ class SweepRunner:
             (self.cache / "references").symlink_to(cache / "references", target_is_directory=True)
         # an ini file makes the folder the rootdir, and sets the cache through its key
         (path / "tox.ini").write_text(
-            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {self.cache / 'leases'}\n",
+            f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {leases}\n",
             encoding="utf-8",
         )
         shutil.copy(HERE / "backends_for_tests.py", path / "backends_for_tests.py")
