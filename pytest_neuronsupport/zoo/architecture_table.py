@@ -1,9 +1,9 @@
 # ruff: noqa: E501
 """The tiny architectures: which mapped classes build, and why the others do not.
 
-Measured with transformers 5.25.0 by building each class of
-:func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded random weights;
-an image-text-to-text family's processor too).
+Measured with transformers 5.24.0 (the three classes 5.25.0 added, with 5.25.0) by building
+each class of :func:`pytest_neuronsupport.zoo.architectures.mapped` (its shrunk config, seeded
+random weights; an image-text-to-text family's processor too).
 ``tests/test_architectures.py`` fails when transformers maps a class that is in neither table.
 """
 
