@@ -2,9 +2,10 @@
 
 The shape of pytest's own non-Python test example: a file collector yielding custom items with
 ``runtest``, ``repr_failure`` and ``reportinfo``. An item's test runs the entry's modes in order
-(:mod:`pytest_neuronsupport.modes`), each seeing the outcomes before it; the first mode's row
-decides whether the test passes, fails or is skipped, and every outcome goes on the item for
-the report.
+(:func:`pytest_neuronsupport.modes.test_entry`), each seeing the outcomes before it; the first
+mode's row decides whether the test passes, fails or is skipped
+(:func:`pytest_neuronsupport.report.pytest_outcome`), and every outcome goes on the item for the
+report.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport import report
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
-from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
 from pytest_neuronsupport.pipeline.sweep import Sweep
-from pytest_neuronsupport.runners.lib.protocol import Result
 
 
 class ModelFailure(Exception):
@@ -132,27 +131,14 @@ class ModelItem(pytest.Item):
         self.add_marker("neuronsupport")
 
     def runtest(self) -> None:
-        before: dict[str, ModeOutcome] = {}
-        for mode in self.modes:
-            outcome = modes_.test(mode, self.sweep, self.spec, before)
-            before[outcome.table] = outcome
-            self.outcomes.append(outcome)
-        faulted = next((o for o in self.outcomes if o.fault is not None), None)
-        if faulted is not None and faulted.fault is not None:  # an error, not a verdict
-            raise ModelFailure(report.fault_text(faulted.model_id, faulted.fault))
-        first = self.outcomes[0] if self.outcomes else None
-        if first is None or not first.rows:
-            ran_later = any(outcome.rows for outcome in self.outcomes[1:])  # a benchmark...
-            if first is not None and first.reason is not None and not ran_later:
-                skip_model(first.reason)
-            return
-        row = first.rows[0]
-        self.user_properties.extend(report.junit_properties(row))
-        verdict = PYTEST_OUTCOMES[Result(row["result"])]
-        if verdict == "failed":
-            raise ModelFailure(report.failure_text(row, first.run_py))
-        if verdict == "skipped":
-            skip_model(report.skip_text(row))
+        for outcome in modes_.test_entry(self.modes, self.sweep, self.spec):
+            self.outcomes.append(outcome)  # kept as each mode ends: the report carries them
+        decided = report.pytest_outcome(self.outcomes)
+        self.user_properties.extend(decided.properties)
+        if decided.outcome == "failed":
+            raise ModelFailure(decided.text)
+        if decided.outcome == "skipped":
+            skip_model(decided.text)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ModelFailure):

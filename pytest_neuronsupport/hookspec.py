@@ -72,33 +72,3 @@ def pytest_neuronsupport_row(row: dict[str, Any], spec: ModelSpec, config: pytes
     its value None, a str, bool, int or float. A row that no longer fits the schema is recorded
     as FAIL(other), the problem in ``error``.
     """
-
-
-class Hooks:
-    """The hooks the per-model pipeline calls; without a pytest config, none is called."""
-
-    def __init__(self, config: pytest.Config | None = None) -> None:
-        self.config = config
-
-    def verdict(self, row: dict[str, Any], spec: ModelSpec) -> str | None:
-        if self.config is None:
-            return None
-        hook = self.config.hook.pytest_neuronsupport_verdict
-        result: str | None = hook(row=row, spec=spec, config=self.config)
-        return result
-
-    def row(self, row: dict[str, Any], spec: ModelSpec) -> None:
-        if self.config is not None:
-            self.config.hook.pytest_neuronsupport_row(row=row, spec=spec, config=self.config)
-
-    def runners(self) -> list[Runner]:
-        if self.config is None:
-            return []
-        found = self.config.hook.pytest_neuronsupport_runners(config=self.config)
-        return [runner for runners in found for runner in runners]
-
-    def modes(self) -> list[Mode]:
-        if self.config is None:
-            return []
-        found = self.config.hook.pytest_neuronsupport_modes(config=self.config)
-        return [mode for modes in found for mode in modes]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
 from pytest_neuronsupport.dataset.training import TRAIN
-from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind
+from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES, own_error, unchecked_kind
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
@@ -71,6 +71,35 @@ def junit_properties(row: Mapping[str, Any]) -> list[tuple[str, object]]:
     extras = sorted(name for name in row if name not in COLUMNS)
     names = [*JUNIT_FIELDS, *extras]
     return [(name, row[name]) for name in names if row.get(name) is not None]
+
+
+@dataclass(frozen=True)
+class PytestOutcome:
+    """What a model's test is in pytest: ``passed``, ``failed`` or ``skipped``, the text that
+    says why, and the junit properties of the row that decided it."""
+
+    outcome: str
+    text: str = ""
+    properties: list[tuple[str, object]] = field(default_factory=list)
+
+
+def pytest_outcome(outcomes: Sequence[ModeOutcome]) -> PytestOutcome:
+    """A model's test from its modes' outcomes: the first mode's row decides; an environment
+    fault fails it, naming the fault (no row); a first mode that ran nothing (unchanged, the
+    limit reached) skips it, unless a later mode ran (a benchmark of an unchanged model)."""
+    faulted = next((o for o in outcomes if o.fault is not None), None)
+    if faulted is not None:
+        return PytestOutcome("failed", fault_text(faulted.model_id, str(faulted.fault)))
+    first = outcomes[0] if outcomes else None
+    if first is None or not first.rows:
+        ran_later = any(outcome.rows for outcome in outcomes[1:])
+        if first is not None and first.reason is not None and not ran_later:
+            return PytestOutcome("skipped", first.reason)
+        return PytestOutcome("passed")
+    row = first.rows[0]
+    outcome = PYTEST_OUTCOMES[Result(row["result"])]
+    text = {"failed": failure_text(row, first.run_py), "skipped": skip_text(row)}.get(outcome)
+    return PytestOutcome(outcome, text or "", junit_properties(row))
 
 
 #: How an unchecked PASS (``checked_by`` = ``none``) is counted apart from checked ones.

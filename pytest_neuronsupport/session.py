@@ -33,7 +33,7 @@ from pytest_neuronsupport.dataset.results import Results, ResultsError, open_res
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.dataset.store import UnreadableResultsError, set_selection
 from pytest_neuronsupport.dataset.tables import register, table_named
-from pytest_neuronsupport.hookspec import Hooks
+from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.pipeline.sweep import Sweep
@@ -65,7 +65,7 @@ def configure(config: pytest.Config) -> SweepSession:
 
     config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
     xdist.tie_to_controller(config)
-    settings, hooks = settings_from(config), Hooks(config)
+    settings = settings_from(config)
     try:
         store = open_results(settings.results, settings.shared)
     except ResultsError as exc:
@@ -75,8 +75,10 @@ def configure(config: pytest.Config) -> SweepSession:
         if problem:
             raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
     try:
-        runners = Runners.builtin().extended([*entry_point_runners(), *hooks.runners()])
-        sweep_modes = [*modes.builtin_modes(), *hooks.modes()]
+        hook = config.hook
+        added = [*entry_point_runners(), *users(hook.pytest_neuronsupport_runners, config)]
+        runners = Runners.builtin().extended(added)
+        sweep_modes = [*modes.builtin_modes(), *users(hook.pytest_neuronsupport_modes, config)]
         for mode in sweep_modes:
             register(mode.table)
     except (TypeError, ValueError) as exc:
@@ -104,6 +106,12 @@ def configure(config: pytest.Config) -> SweepSession:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(xdist.XdistHooks(session), "neuronsupport-xdist")
     return session
+
+
+def users(hook: Any, config: pytest.Config) -> list[Any]:
+    """What the users' implementations of a hook that returns a list (runners, modes) return,
+    in one list."""
+    return [item for items in hook(config=config) for item in items]
 
 
 class JunitSkips:

@@ -24,7 +24,7 @@ from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.peaks import documented as documented_peaks
 from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome

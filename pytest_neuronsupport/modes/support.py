@@ -34,7 +34,7 @@ from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan

@@ -24,7 +24,7 @@ from typing import Any
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
-from pytest_neuronsupport.modes import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.plan import Plan

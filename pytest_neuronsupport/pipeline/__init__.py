@@ -1,4 +1,5 @@
-"""The test of one model, one module per step (:mod:`.steps` puts them in order):
+"""The test of one model, one module per step (:mod:`pytest_neuronsupport.modes` puts them in
+order):
 
 1. :mod:`.plan`: the checkpoint, its config, the runner, or an exclusion;
 2. :mod:`.sizing`: how many cores it gets (or ``too-large``);

@@ -18,7 +18,7 @@ from typing import Any
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.dataset.store import find_row
-from pytest_neuronsupport.hookspec import Hooks
+from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
