@@ -25,19 +25,23 @@ from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of 
 from tests.sweeping import SweepRunner
 
 
-@pytest.fixture(scope="session")
-def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the whole test run, shared by xdist workers (the zoo builds under a lock).
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before any test: :func:`import_first` (not in xdist's controller, which runs none)."""
+    config = session.config
+    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
+    if not_a_sweep(config) and not controller:
+        import_first()
 
-    It also imports torch and transformers in every worker, outside any test: a module first
-    imported inside a test that uses pytester is dropped from ``sys.modules`` when that test
-    ends (pytester restores its snapshot), and a second import of torch.distributed's
-    functional collectives registers their operators again (a warning, then a RuntimeError).
-    A worker whose zoo another worker built would otherwise import them first in such a test.
-    So with pandas' arrow extension types, registered with pyarrow by pandas' first read of a
-    parquet file: registered again, they raise ``ArrowKeyError`` (tests read the dataset
-    with ``pd.read_parquet``, some inside a pytester test).
-    """
+
+def import_first() -> None:
+    """Import torch, transformers, pandas and the plugin in every process of the test session,
+    outside any test: a module first imported inside a test that uses pytester is dropped from
+    ``sys.modules`` when that test ends (pytester restores its snapshot), and a second import
+    of torch.distributed's functional collectives registers their operators again (a warning,
+    then a RuntimeError). So with pandas' arrow extension types, registered with pyarrow by
+    pandas' first read of a parquet file: registered again, they raise ``ArrowKeyError``, or
+    a later read builds arrays of the first copy's classes (tests read the dataset with
+    ``pd.read_parquet``, some inside a pytester test)."""
     import io
 
     import pandas as pd
@@ -48,6 +52,10 @@ def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pd.read_parquet(parquet)
     import_the_plugin()
 
+
+@pytest.fixture(scope="session")
+def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the whole test run, shared by xdist workers (the zoo builds under a lock)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's folder, above each worker's own

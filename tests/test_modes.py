@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -223,6 +224,27 @@ def test_a_benchmark_follows_only_a_support_run_that_ran_the_model(
     skipped = {SUPPORT.name: ModeOutcome(SUPPORT.name, "zoo:bert", reason="limit")}
     assert not bench.ready(sweep, spec(), skipped)
     assert modes.test(bench, sweep, spec(), support("FAIL(gen)")).rows == []
+
+
+def test_an_entrys_modes_run_in_order_each_seeing_those_before(
+    tmp_path: Path, zoo_cache: Path
+) -> None:
+    seen: list[list[str]] = []
+
+    class Seeing(ParamCountModeForTests):
+        name = "seeing"
+        table = Table("seeing", "seeing", PARAMS.schema)
+
+        def ready(self, sweep: Sweep, spec: ModelSpec, before: Mapping[str, ModeOutcome]) -> bool:
+            seen.append(list(before))
+            return "params" in before and bool(before["params"].rows)
+
+    sweep = a_sweep(tmp_path, zoo_cache)
+    outcomes = list(modes.test_entry([ParamCountModeForTests(), Seeing()], sweep, spec()))
+    assert [o.table for o in outcomes] == ["params", "seeing"] and seen == [["params"]]
+    assert [len(o.rows) for o in outcomes] == [1, 1]
+    alone = list(modes.test_entry([Seeing()], sweep, spec()))  # nothing before it: not ready
+    assert [(o.table, o.rows, o.ran) for o in alone] == [("seeing", [], True)]
 
 
 def test_tables_of_users_must_not_clash() -> None:

@@ -106,6 +106,30 @@ def test_a_report_carries_one_value_and_the_first_row_decides_the_status(
     assert report_status(rep, outcomes, lines_per_model=True) == ("failed", "", "FAIL(output)")
 
 
+def test_the_first_modes_row_decides_the_models_test() -> None:
+    failed = report.pytest_outcome([ModeOutcome("support", "a", [row("a", "FAIL(output)")])])
+    assert failed.outcome == "failed" and failed.text.startswith("FAIL(output) a")
+    assert ("result", "FAIL(output)") in failed.properties
+    excluded = {**row("a", "EXCLUDED"), "exclusion": "too-large", "notes": "needs 32 cores"}
+    skipped = report.pytest_outcome([ModeOutcome("support", "a", [excluded])])
+    assert (skipped.outcome, skipped.text) == ("skipped", "EXCLUDED (too-large): needs 32 cores")
+    passed = report.pytest_outcome(
+        [ModeOutcome("support", "a", [row("a")]), ModeOutcome("perf", "a", [row("a")])]
+    )
+    assert (passed.outcome, passed.text) == ("passed", "")
+    # nothing ran: skipped with why, unless a later mode ran (a benchmark of an unchanged model)
+    unchanged = ModeOutcome("support", "a", unchanged=True, reason="unchanged since today")
+    alone = report.pytest_outcome([unchanged])
+    assert (alone.outcome, alone.text, alone.properties) == ("skipped", unchanged.reason, [])
+    later = report.pytest_outcome([unchanged, ModeOutcome("perf", "a", [row("a")])])
+    assert later.outcome == "passed"
+    # an environment fault in any mode: failed, naming it, whatever the rows say
+    fault = ModeOutcome("perf", "a", fault="the Hub at http://127.0.0.1:9 did not answer")
+    faulted = report.pytest_outcome([ModeOutcome("support", "a", [row("a")]), fault])
+    assert faulted.outcome == "failed" and "not tested, no row recorded" in faulted.text
+    assert faulted.text.endswith("did not answer")
+
+
 def test_the_results_store_follows_the_uri(tmp_path: Path) -> None:
     folder = open_results(tmp_path / "results")
     assert isinstance(folder, FolderResults) and folder.folder == tmp_path / "results"
