@@ -16,16 +16,19 @@ import os
 import sys
 from typing import Any
 
-#: Dynamo's own backends that compile without inductor: a run under one never imports it, so
-#: neither the fork server nor a compiled training trial does (about 1.5 CPU-s each). Any other
-#: backend (inductor, ``neuron``, one of your own) may build on inductor: it is imported.
+#: Dynamo's own backends that compile without inductor's compiler: a run under one never imports
+#: it, so neither the fork server nor a compiled training trial does (about 1.5 CPU-s each). Any
+#: other backend (inductor, ``neuron``, one of your own) may build on inductor: it is imported.
 WITHOUT_INDUCTOR = ("eager", "aot_eager")
+#: What the first compile under any backend imports: aot_autograd, and the debug module of
+#: inductor that dynamo's aot backends import for their logging (about 0.2 s a run otherwise).
+ANY_COMPILE = ("torch._functorch.aot_autograd", "torch._inductor.debug")
 
 
 def compile_imports(backend: str) -> tuple[str, ...]:
     """What compiling under ``backend`` (a name or ``module:callable``) imports on first use."""
     inductor = () if backend in WITHOUT_INDUCTOR else ("torch._inductor.compile_fx",)
-    return ("torch._functorch.aot_autograd", *inductor)
+    return (*ANY_COMPILE, *inductor)
 
 
 def resolve_backend(name: str) -> Any:
