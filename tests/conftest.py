@@ -14,7 +14,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 from pytest_neuronsupport import zoo
 from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of several files read)
+    arrive,
     failing_backend_sweep,
+    leave,
     perturbed_sweep,
     plain_sweep,
     reruns,
@@ -22,15 +24,27 @@ from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of 
     tiny_sweep,
     two_core_llama,
 )
-from tests.sweeping import SweepRunner
+from tests.sweeping import SweepRunner, run_folder
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before any test: :func:`import_first` (not in xdist's controller, which runs none)."""
-    config = session.config
-    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
-    if not_a_sweep(config) and not controller:
+    """Before any test: :func:`import_first`; the process is counted among those running
+    tests (:func:`~tests.shared_sweeps.arrive`). Not in xdist's controller, which runs none."""
+    if runs_tests(session.config):
         import_first()
+        arrive(run_folder(session.config._tmp_path_factory))  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The last process of the test run to end kills the background sweeps still running."""
+    if runs_tests(session.config):
+        leave(run_folder(session.config._tmp_path_factory))  # type: ignore[attr-defined]
+
+
+def runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs the suite's tests: not a sweep, nor xdist's controller."""
+    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
+    return not_a_sweep(config) and not controller
 
 
 def import_first() -> None:
@@ -56,10 +70,7 @@ def import_first() -> None:
 @pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache for the whole test run, shared by xdist workers (the zoo builds under a lock)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, above each worker's own
-    cache = base / "neuronsupport-cache"
+    cache = run_folder(tmp_path_factory) / "neuronsupport-cache"
     cache.mkdir(exist_ok=True)
     for name in zoo.names():
         zoo.ensure_built(name, cache)
@@ -134,6 +145,11 @@ HEAVIEST_FIRST = (
 )
 
 
+#: The group handed out last: the tests waiting for the ``timeouts`` sweeps, started in the
+#: background with the first sweep of the ``support`` group (tests/shared_sweeps.py).
+LAST = "timeouts"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("neuron_sweep", False):
         return  # a sweep run from the repository: its order is the plugin's
@@ -146,11 +162,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for index, name in enumerate(HEAVIEST_FIRST):
             if name in names:
                 return index
+        if LAST in names:
+            return len(HEAVIEST_FIRST) + 2
         return len(HEAVIEST_FIRST) + (item.get_closest_marker("slow") is None)
 
-    # stable: in each rank, the collection's order, but the tests waiting for the ``timeouts``
-    # sweeps last (they started in the background with the first sweep of their group)
-    items.sort(key=lambda item: (rank(item), "timeouts" in getattr(item, "fixturenames", ())))
+    items.sort(key=rank)  # stable: in each rank, the collection's order
 
 
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from tests.sweeping import session_leases
+from tests.sweeping import run_folder, session_leases
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The virtual environment running the tests: the clone's ``.venv``.
@@ -103,9 +103,7 @@ def run_command(
 
 def prepared(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Scratch:
     """The clone after the first set-up command's sweep: made by the first worker to ask."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's folder, above each worker's own: one sweep for all
+    base = run_folder(tmp_path_factory)  # one sweep for all the run's processes
     scratch = Scratch(
         base / "docs-clone",
         zoo_cache,

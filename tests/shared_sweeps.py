@@ -6,24 +6,29 @@ conftest.py imports the fixtures; a test reads the rows and output of the models
 and asserts each model's own outcome (:meth:`Sweep.outcome`) where it once counted a sweep's.
 
 The sweeps whose runs hang until their timeout (``timeouts``) start in the background before
-the first sweep of the ``support`` group, whose tests reading them come last (conftest.py puts
-them there): the wait overlaps the group's work, and the timeouts can be wide.
+the first sweep of the ``support`` group; the tests reading them are a group of their own,
+handed out last (conftest.py puts them there), in whichever worker: the wait overlaps the
+suite's work, and the timeouts can be wide.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
-from collections.abc import Callable, Iterator
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from pytest_neuronsupport import zoo
 from pytest_neuronsupport.modellist import default_lists, parse
 from tests.fresh_clone import prepared
-from tests.sweeping import PendingSweep, Sweep, SweepRunner
+from tests.sweeping import SharedSweep, Sweep, SweepRunner, run_folder
 
 BACKENDS = "backends_for_tests"
 PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
@@ -42,6 +47,8 @@ RERUNS = pytest.mark.xdist_group("reruns")
 PERTURBED = pytest.mark.xdist_group("perturbed")
 RAISING = pytest.mark.xdist_group("raising")
 TWO_CORE_LLAMA = pytest.mark.xdist_group("two-core-llama")
+#: The tests that wait for the ``timeouts`` sweeps: handed out last (conftest.py).
+WAITING = pytest.mark.xdist_group("timeouts")
 
 #: The models of the one sweep under the perturbing backend, and who reads which.
 PERTURBED_FOR_CHECKS = [
@@ -72,33 +79,79 @@ RANK_FAULTS = {
 }
 
 
-@pytest.fixture(scope="session")
-def timeouts(sweep_folder: Callable[..., SweepRunner]) -> Iterator[dict[str, PendingSweep]]:
-    """Started at once, in the background: a sweep meeting every kind of crash (one run
-    hangs), and the 2-core decoder whose rank 1 crashes, or hangs. Killed at the end of the
-    session if no test waited for them. Each leases cores of its own (a hang holds its lease
-    until the timeout: the session's other sweeps do not wait for it)."""
-    pending = {
-        "crashes": sweep_folder("crashes", own_leases=True).start(
-            *CRASHES,
-            "zoo:bert-mlm",
-            backend=MISBEHAVING,
-            args=["--neuron-timeout", str(CRASHES_TIMEOUT_S), "--neuron-max-memory", "2.5"],
-            env={
-                "NEURONSUPPORT_TEST_MISBEHAVIOUR": ",".join(f"{m}={h}" for m, h in CRASHES.items())
-            },
-        ),
+def timeouts_sweeps() -> dict[str, dict[str, Any]]:
+    """The sweeps of ``timeouts``, by name: their models, arguments and environment."""
+    misbehaving = "NEURONSUPPORT_TEST_MISBEHAVIOUR"
+    sweeps: dict[str, dict[str, Any]] = {
+        "crashes": {
+            "models": [*CRASHES, "zoo:bert-mlm"],
+            "args": ["--neuron-timeout", str(CRASHES_TIMEOUT_S), "--neuron-max-memory", "2.5"],
+            "env": {misbehaving: ",".join(f"{m}={h}" for m, h in CRASHES.items())},
+        }
     }
     for how, (timeout, _) in RANK_FAULTS.items():
-        pending[f"rank-{how}"] = sweep_folder(f"rank-{how}", own_leases=True).start(
-            {"id": "zoo:llama-2core", "cores": 2},
-            backend=MISBEHAVING,
-            args=["--neuron-timeout", str(timeout)],
-            env={"NEURONSUPPORT_TEST_MISBEHAVIOUR": f"zoo:llama-2core@1={how}"},
-        )
-    yield pending
-    for sweep in pending.values():
-        sweep.stop()
+        sweeps[f"rank-{how}"] = {
+            "models": [{"id": "zoo:llama-2core", "cores": 2}],
+            "args": ["--neuron-timeout", str(timeout)],
+            "env": {misbehaving: f"zoo:llama-2core@1={how}"},
+        }
+    return sweeps
+
+
+@pytest.fixture(scope="session")
+def timeouts(tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path) -> dict[str, SharedSweep]:
+    """A sweep meeting every kind of crash (one run hangs), and the 2-core decoder whose rank 1
+    crashes, or hangs: started in the background by the first process of the test run that
+    asks (the ``support`` group's worker, at its first sweep: :func:`start_timeouts`), read by
+    the tests of the ``timeouts`` group, which conftest.py hands out last, in whichever worker:
+    by then their timeouts have passed, and no worker waits for them. The last process of the
+    run to end kills what is still running (:func:`leave`). Each leases cores of its own (a
+    hang holds its lease until the timeout: the session's other sweeps do not wait for it)."""
+    folder = run_folder(tmp_path_factory) / TIMEOUTS
+    with FileLock(f"{folder}.lock"):
+        if not folder.exists():
+            folder.mkdir()
+            for name, sweep in timeouts_sweeps().items():
+                (folder / name).mkdir()
+                runner = SweepRunner(folder / name, zoo_cache, own_leases=True)
+                runner.env["HF_HUB_OFFLINE"] = "1"
+                done = SharedSweep(folder / name, zoo_cache).done
+                started = runner.start(
+                    *sweep["models"],
+                    backend=MISBEHAVING,
+                    args=sweep["args"],
+                    env=sweep["env"],
+                    done=done,
+                )
+                for file in started.files:  # the sweep's own copies stay open
+                    file.close()
+                (folder / name / PGID).write_text(str(started.proc.pid), encoding="utf-8")
+    return {name: SharedSweep(folder / name, zoo_cache) for name in timeouts_sweeps()}
+
+
+#: The folder of the run's ``timeouts`` sweeps, and the file of each one's process group.
+TIMEOUTS, PGID = "timeouts", "sweep.pgid"
+
+
+def arrive(base: Path) -> None:
+    """A process of the test run (not xdist's controller) starts its tests (:func:`leave`)."""
+    with FileLock(str(base / "alive.lock")):
+        (base / "alive").mkdir(exist_ok=True)
+        (base / "alive" / str(os.getpid())).touch()
+
+
+def leave(base: Path) -> None:
+    """A process of the test run has run its tests: the last to leave kills the ``timeouts``
+    sweeps still running (no test is left to wait for them)."""
+    with FileLock(str(base / "alive.lock")):
+        alive = base / "alive"
+        (alive / str(os.getpid())).unlink(missing_ok=True)
+        if alive.exists() and any(alive.iterdir()):
+            return
+        for pgid in (base / TIMEOUTS).glob(f"*/{PGID}"):
+            if not SharedSweep(pgid.parent, base).done.exists():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(pgid.read_text(encoding="utf-8")), signal.SIGKILL)
 
 
 def start_timeouts(request: pytest.FixtureRequest) -> None:

@@ -66,6 +66,14 @@ class Sweep:
         return "passed"
 
 
+#: Runs the command after the file's name, then writes its exit status into that file, whole.
+MARK_DONE = (
+    "import os, subprocess, sys; code = subprocess.call(sys.argv[2:]); "
+    "done = sys.argv[1]; open(done + '.tmp', 'w').write(str(code)); "
+    "os.replace(done + '.tmp', done)"
+)
+
+
 class PendingSweep:
     """A sweep started in the background: :meth:`wait` for its :class:`Sweep`."""
 
@@ -87,11 +95,36 @@ class PendingSweep:
             for f in self.files:
                 f.close()
             self.runner.pending = None
-        out, err = (Path(f.name).read_text(encoding="utf-8", errors="replace") for f in self.files)
-        result = pytest.RunResult(
-            ret, out.splitlines(), err.splitlines(), time.monotonic() - self.started
-        )
-        return Sweep(result, self.runner.read_rows(), *self.runner.read_junit(), self.runner)
+        return self.runner.finished(ret, time.monotonic() - self.started)
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test run's folder, shared by its processes (above each xdist worker's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@dataclass
+class SharedSweep:
+    """A sweep that one process of the test run started in the background, in ``folder``
+    (:meth:`SweepRunner.start` with ``done``), and any process may wait for."""
+
+    folder: Path
+    cache: Path
+
+    @property
+    def done(self) -> Path:
+        return self.folder / "sweep.done"
+
+    def wait(self, timeout_s: float = 1800) -> Sweep:
+        """Its :class:`Sweep`, once it has ended."""
+        started, deadline = time.monotonic(), time.monotonic() + timeout_s
+        while not self.done.exists():
+            assert time.monotonic() < deadline, f"{self.folder.name}: not done in {timeout_s} s"
+            time.sleep(0.2)
+        runner = SweepRunner(self.folder, self.cache, set_up=False)
+        runner.runs = 1
+        return runner.finished(int(self.done.read_text()), time.monotonic() - started)
 
 
 def session_leases(cache: Path) -> Path:
@@ -109,6 +142,8 @@ class SweepRunner:
     the sweeps use ``cache`` itself (CPU references), not a cache of the folder's.
     ``own_leases``: the folder leases its cores alone (a sweep whose runs hang, in the
     background, holding a core for minutes), not in the test session's one leases folder.
+    ``set_up`` false: the folder is set up already (by another process of the test run, whose
+    sweep this one reads).
     """
 
     def __init__(
@@ -120,6 +155,7 @@ class SweepRunner:
         env: Mapping[str, str] | None = None,
         own_cache: bool = True,
         own_leases: bool = False,
+        set_up: bool = True,
     ) -> None:
         self.path = path
         self.pytester = pytester
@@ -129,6 +165,8 @@ class SweepRunner:
         # Each folder has its cache but shares the built zoo and CPU references. (Not
         # ``own_cache``: ``cache`` itself, as the sweep whose results were copied here.)
         self.cache = path / "cache" if own_cache else cache
+        if not set_up:
+            return
         # The cores are leased in one folder for the whole test session, as on a user's
         # machine: runs of sweeps in parallel (xdist workers, folders) are pinned to CPUs
         # apart, not all to the first.
@@ -209,11 +247,15 @@ class SweepRunner:
         args: Iterable[str] = (),
         list_name: str = "models.toml",
         env: Mapping[str, str] | None = None,
+        done: Path | None = None,
     ) -> PendingSweep:
         """Start a sweep of ``models`` in a subprocess and return at once (one sweep at a time
-        per folder)."""
+        per folder). ``done``: a file that gets the sweep's exit status when it ends, for
+        another process to wait for (:class:`SharedSweep`)."""
         assert self.pending is None, "one sweep at a time in a folder"
         command = [sys.executable, "-mpytest", *self.command(models, backend, args, list_name)]
+        if done is not None:
+            command = [sys.executable, "-c", MARK_DONE, str(done), *command]
         files: list[IO[bytes]] = [
             (self.path / f"sweep-{self.runs}.{s}").open("wb") for s in ("out", "err")
         ]
@@ -262,6 +304,15 @@ class SweepRunner:
             err.getvalue().splitlines(),
             time.monotonic() - started,
         )
+        return Sweep(result, self.read_rows(), *self.read_junit(), self)
+
+    def finished(self, code: int, duration: float) -> Sweep:
+        """The sweep this folder ran last, which ended with ``code``: its output, rows, junit."""
+        out, err = (
+            (self.path / f"sweep-{self.runs}.{s}").read_text(encoding="utf-8", errors="replace")
+            for s in ("out", "err")
+        )
+        result = pytest.RunResult(code, out.splitlines(), err.splitlines(), duration)
         return Sweep(result, self.read_rows(), *self.read_junit(), self)
 
     def read_rows(self) -> dict[str, dict[str, Any]]:

@@ -48,6 +48,7 @@ import yaml
 from filelock import FileLock
 
 from tests.fresh_clone import ROOT, SWEEP_COMMAND, Scratch, prepared, run_command
+from tests.sweeping import run_folder
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -361,10 +362,7 @@ class PageRuns:
 def page_runs(
     request: pytest.FixtureRequest, fresh_clone: Scratch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PageRuns]:
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    folder = base / "docs-pages"
+    folder = run_folder(tmp_path_factory) / "docs-pages"
     folder.mkdir(exist_ok=True)
     selected = [
         str(item.callspec.params["page"])

@@ -1,8 +1,8 @@
 """Sweeps that meet crashes, kills and limits: no recorded row is ever lost or doubled.
 
 The sweep meeting every kind of crash is one of ``timeouts`` (tests/shared_sweeps.py), started
-in the background with the ``support`` group's first sweep: its hang's wait for the timeout
-overlaps that group's work."""
+in the background with the ``support`` group's first sweep and read last: its hang's wait for
+the timeout overlaps the suite's work."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK
 from tests.shared_sweeps import (
     CRASHES,
     CRASHES_TIMEOUT_S,
-    SUPPORT,
     TWO_CORE_LLAMA,
+    WAITING,
     copy_of_llama,
 )
-from tests.sweeping import PendingSweep, Sweep, SweepRunner
+from tests.sweeping import SharedSweep, Sweep, SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
 pytestmark = pytest.mark.slow
@@ -218,9 +218,9 @@ def test_an_unreadable_dataset_file_is_reported_and_left_untouched(sweep: SweepR
     assert sorted(recovered.rows) == ["acme/after", "zoo:bert"]
 
 
-@SUPPORT
+@WAITING
 def test_every_kind_of_crash_is_fail_other_and_the_sweep_goes_on(
-    timeouts: dict[str, PendingSweep],
+    timeouts: dict[str, SharedSweep],
 ) -> None:
     done = timeouts["crashes"].wait()  # segfault, abort, hang, memory; bert-mlm runs as it is
     models = [*CRASHES, "zoo:bert-mlm"]

@@ -3,7 +3,8 @@ torch.distributed ranks (gloo on the CPU), chunked prefill, and the English judg
 
 Some tests read sweeps shared with other files (tests/shared_sweeps.py): the sweeps of ranks
 that crash or hang are among ``timeouts``, started in the background with the ``support``
-group's first sweep, so that the hang's wait for its timeout overlaps that group's work."""
+group's first sweep and read last, so that the hang's wait for its timeout overlaps the suite's
+work."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from tests.shared_sweeps import (
     RANK_FAULTS,
     SUPPORT,
     TWO_CORE_LLAMA,
+    WAITING,
 )
-from tests.sweeping import PendingSweep, Sweep, SweepRunner
+from tests.sweeping import SharedSweep, Sweep, SweepRunner
 
 #: Real sweeps of real (tiny) models in subprocesses: seconds to minutes each.
 pytestmark = pytest.mark.slow
@@ -245,10 +247,10 @@ def test_a_cpu_reference_that_is_not_reproducible_is_said_and_not_trusted(
     assert verdict["check"]["cpu_comparison"] == "the CPU reference is not reproducible"
 
 
-@SUPPORT
+@WAITING
 @pytest.mark.parametrize("how", sorted(RANK_FAULTS))
 def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
-    timeouts: dict[str, PendingSweep], how: str
+    timeouts: dict[str, SharedSweep], how: str
 ) -> None:
     done = timeouts[f"rank-{how}"].wait()
     assert done.runner is not None
