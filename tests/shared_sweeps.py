@@ -28,7 +28,7 @@ from filelock import FileLock
 from pytest_neuronsupport import zoo
 from pytest_neuronsupport.modellist import default_lists, parse
 from tests.fresh_clone import prepared
-from tests.sweeping import SharedSweep, Sweep, SweepRunner, run_folder
+from tests.sweeping import PendingSweep, SharedSweep, Sweep, SweepRunner, run_folder
 
 BACKENDS = "backends_for_tests"
 PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
@@ -125,12 +125,15 @@ def timeouts(tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path) -> dict[
                 )
                 for file in started.files:  # the sweep's own copies stay open
                     file.close()
+                STARTED.append(started)  # not collected while it runs: any process may wait
                 (folder / name / PGID).write_text(str(started.proc.pid), encoding="utf-8")
     return {name: SharedSweep(folder / name, zoo_cache) for name in timeouts_sweeps()}
 
 
 #: The folder of the run's ``timeouts`` sweeps, and the file of each one's process group.
 TIMEOUTS, PGID = "timeouts", "sweep.pgid"
+#: The ``timeouts`` sweeps this process started.
+STARTED: list[PendingSweep] = []
 
 
 def arrive(base: Path) -> None:
@@ -142,16 +145,18 @@ def arrive(base: Path) -> None:
 
 def leave(base: Path) -> None:
     """A process of the test run has run its tests: the last to leave kills the ``timeouts``
-    sweeps still running (no test is left to wait for them)."""
+    sweeps still running (no test is left to wait for them); each reaps those it started that
+    have ended."""
     with FileLock(str(base / "alive.lock")):
         alive = base / "alive"
         (alive / str(os.getpid())).unlink(missing_ok=True)
-        if alive.exists() and any(alive.iterdir()):
-            return
-        for pgid in (base / TIMEOUTS).glob(f"*/{PGID}"):
+        last = not (alive.exists() and any(alive.iterdir()))
+        for pgid in (base / TIMEOUTS).glob(f"*/{PGID}") if last else ():
             if not SharedSweep(pgid.parent, base).done.exists():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(pgid.read_text(encoding="utf-8")), signal.SIGKILL)
+    for started in STARTED:  # killed or ended if this process is the last
+        started.proc.wait() if last else started.proc.poll()
 
 
 def start_timeouts(request: pytest.FixtureRequest) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import signal
@@ -32,13 +31,10 @@ TEST_SET = ("NEURONSUPPORT_TEST_MISBEHAVIOUR", "JOB_COMPLETION_INDEX", "HF_ENDPO
 
 
 def toml_list(entries: Iterable[Mapping[str, Any]]) -> str:
-    """A model list's text; JSON strings are valid TOML basic strings."""
-    blocks = []
-    for entry in entries:
-        lines = ["[[model]]"]
-        lines += [f"{key} = {json.dumps(value)}" for key, value in entry.items()]
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
+    """A model list's text."""
+    import tomlkit
+
+    return tomlkit.dumps({"model": [dict(entry) for entry in entries]})
 
 
 @dataclass

@@ -67,7 +67,7 @@ def test_published_rows_merge_once_and_the_merge_may_be_repeated(s3: Any, tmp_pa
     # not merged yet: a pull still sees them (the skip-unchanged rule reads the shared rows)
     assert sorted(shared_rows(s3, "run1", tmp_path)) == ["org/a", "org/b", "org/c"]
     summary = shared.merge()
-    assert summary.written == {PAIR: 3} and not summary.problems
+    assert summary.written == {f"data/{PAIR}": 3} and not summary.problems
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="run1/")["Contents"]
     assert [o["Key"] for o in listed] == [f"run1/data/{PAIR}"]  # published rows deleted
     # a later row of a model replaces its row; an older one (a late retry) does not
@@ -122,7 +122,7 @@ def test_a_merge_killed_after_writing_leaves_its_rows_to_the_next(s3: Any, tmp_p
         SharedResults(f"s3://{BUCKET}/killed", DeleteFailsClientForTests(s3)).merge()
     assert list(shared_rows(s3, "killed", tmp_path)) == ["org/a"]
     again = SharedResults(f"s3://{BUCKET}/killed", s3).merge()
-    assert again.written == {PAIR: 1}  # applied again, harmlessly
+    assert again.written == {f"data/{PAIR}": 1}  # applied again, harmlessly
     assert list(shared_rows(s3, "killed", tmp_path)) == ["org/a"]
 
 

@@ -12,6 +12,7 @@ from typing import Final
 
 import pyarrow as pa
 
+from pytest_neuronsupport.dataset.layout import PERF_DATA
 from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["INTERVALS", "PERF", "PERF_COLUMN_DOCS", "PERF_SCHEMA", "SPREAD"]
@@ -223,5 +224,5 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
 }
 """One sentence per column of :data:`PERF_SCHEMA`."""
 
-PERF: Final = Table("perf", "perf", PERF_SCHEMA, ("model_id", "configuration"), PERF_COLUMN_DOCS)
+PERF: Final = Table("perf", PERF_DATA, PERF_SCHEMA, ("model_id", "configuration"), PERF_COLUMN_DOCS)
 """Performance rows: ``<results>/perf``, one row per model and configuration."""

@@ -224,9 +224,7 @@ class ObjectStoreResults:
             summary = self.shared.merge()
         except Exception as exc:  # boto3's and botocore's errors
             return Merged(problems=[f"merging into {self.uri}: {type(exc).__name__}: {exc}"])
-        lines = [
-            f"{self.where('data')}/{pair}: {n} row(s) merged" for pair, n in summary.written.items()
-        ]
+        lines = [f"{self.where(path)}: {n} row(s) merged" for path, n in summary.written.items()]
         lines.append(
             f"{sum(summary.written.values())} row(s) merged; {summary.retried} write(s) retried"
         )

@@ -50,7 +50,7 @@ _CONFLICT: Final = frozenset({"PreconditionFailed", "ConditionalRequestConflict"
 class MergeSummary:
     """What :meth:`SharedResults.merge` did."""
 
-    #: pair → rows applied (``<folder>/<pair>`` for a table other than the support dataset)
+    #: ``<folder>/<pair>`` (the table's folder under the dataset) → rows applied
     written: dict[str, int] = field(default_factory=dict)
     retried: int = 0  # conditional writes refused (another merge wrote first)
     problems: list[str] = field(default_factory=list)
@@ -184,8 +184,7 @@ class SharedResults:
             else:
                 summary.problems.append(f"{key}: still changing after {attempts} attempts")
                 continue
-            where = pair if table is SUPPORT else f"{table.folder}/{pair}"
-            summary.written[where] = len(entries)
+            summary.written[f"{table.folder}/{pair}"] = len(entries)
             for start in range(0, len(entries), 1000):
                 chunk = [{"Key": k} for k, _ in entries[start : start + 1000]]
                 self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk})

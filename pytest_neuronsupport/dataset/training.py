@@ -11,6 +11,7 @@ from typing import Final
 
 import pyarrow as pa
 
+from pytest_neuronsupport.dataset.layout import TRAIN_DATA
 from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["TRAIN", "TRAIN_COLUMN_DOCS", "TRAIN_SCHEMA"]
@@ -134,5 +135,5 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
 }
 """One sentence per column of :data:`TRAIN_SCHEMA`."""
 
-TRAIN: Final = Table("train", "train", TRAIN_SCHEMA, ("model_id", "seq_len"), TRAIN_COLUMN_DOCS)
+TRAIN: Final = Table("train", TRAIN_DATA, TRAIN_SCHEMA, ("model_id", "seq_len"), TRAIN_COLUMN_DOCS)
 """Training rows: ``<results>/train``, one row per model and sequence length."""

@@ -51,7 +51,7 @@ from typing import Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from pytest_neuronsupport.dataset.layout import run_dir
+from pytest_neuronsupport.dataset.layout import DATA, run_dir
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.views.lookup import PairError, latest_rows, pairs, resolve_pair
 
@@ -401,7 +401,7 @@ def newest_pair(results: Path) -> str:
     """
     known = pairs(results)
     if not known:
-        raise PairError(f"no pair in {Path(results) / 'data'}: the dataset has no data file")
+        raise PairError(f"no pair in {Path(results) / DATA}: the dataset has no data file")
 
     def newest(pair: str) -> tuple[Any, ...]:
         compiler, library = (_name_and_version(part)[1] for part in pair.split("/"))

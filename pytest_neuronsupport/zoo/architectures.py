@@ -169,19 +169,28 @@ def model_list() -> str:
     """The text of the bundled list: one ``zoo:arch/<class>`` entry per class that builds, the
     runner left to the mappings, as for any checkpoint; the task too, but for a class that is
     also image-text-to-text (Gemma 3), built as the text model it is first in :data:`KINDS`."""
+    import tomlkit
+
     from pytest_neuronsupport.zoo import ARCHITECTURE_PREFIX
     from pytest_neuronsupport.zoo.architecture_table import BUILT
 
     built = {cls: (model_type, kind) for model_type, cls, kind in mapped() if cls in BUILT}
-    entries = []
+    models = tomlkit.aot()
     for cls in sorted(built):
-        entry = f'[[model]]\nid = "zoo:{ARCHITECTURE_PREFIX}{cls}"\n'
+        model = tomlkit.table()
+        model.add("id", f"zoo:{ARCHITECTURE_PREFIX}{cls}")
         model_type, kind = built[cls]
         first = automap.kinds_of(cls, {"model_type": model_type})[0]
         if first == "image_text_to_text" and kind != first:  # built with no image processor
-            entry += f'task = "{TEXT_TASKS[kind]}"  # built as a {kind}, with a tokenizer only\n'
-        entries.append(entry)
-    return _LIST_HEADER.format(version=automap.transformers_version()) + "\n" + "\n".join(entries)
+            task = tomlkit.item(TEXT_TASKS[kind])
+            task.comment(f"built as a {kind}, with a tokenizer only")
+            task.trivia.comment_ws = "  "
+            model.add("task", task)
+        models.append(model)
+    document = tomlkit.document()
+    document.add("model", models)
+    header = _LIST_HEADER.format(version=automap.transformers_version())
+    return f"{header}\n{tomlkit.dumps(document)}"
 
 
 def name_of(cls: str) -> str:
