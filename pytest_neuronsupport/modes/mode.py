@@ -41,18 +41,6 @@ from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
-__all__ = [
-    "Mode",
-    "ModeOutcome",
-    "Script",
-    "common_row",
-    "crashed",
-    "modes_for",
-    "test",
-    "test_entry",
-    "trains",
-]
-
 
 @dataclass(frozen=True)
 class ModeOutcome:
