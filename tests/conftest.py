@@ -131,7 +131,7 @@ def sweep_folder(
 #: measured, on the right): handed to the workers in this order (see :class:`GroupScheduling`),
 #: then the other slow tests, then the fast ones, so that no long test is left alone at the end.
 HEAVIEST_FIRST = (
-    "support",  # 300: the tiny list (the README's sweep), the timeouts' sweeps, the fleet
+    "support",  # 300: the tiny list (the README's sweep), the fleet; it starts the timeouts' sweeps
     "train-search",  # 190: the searches, then twice the cap
     "test_the_commands_of_a_page_run_as_written",  # 150: the pages, two at a time
     "reruns",  # ~120: 75 measured, then llama's eager sweep became inductor's, cold and warm
