@@ -98,6 +98,12 @@ def timeouts_sweeps() -> dict[str, dict[str, Any]]:
     return sweeps
 
 
+#: The folder of the run's ``timeouts`` sweeps, and the file of each one's process group.
+TIMEOUTS, PGID = "timeouts", "sweep.pgid"
+#: The ``timeouts`` sweeps this process started.
+STARTED: list[PendingSweep] = []
+
+
 @pytest.fixture(scope="session")
 def timeouts(tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path) -> dict[str, SharedSweep]:
     """A sweep meeting every kind of crash (one run hangs), and the 2-core decoder whose rank 1
@@ -115,7 +121,7 @@ def timeouts(tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path) -> dict[
                 (folder / name).mkdir()
                 runner = SweepRunner(folder / name, zoo_cache, own_leases=True)
                 runner.env["HF_HUB_OFFLINE"] = "1"
-                done = SharedSweep(folder / name, zoo_cache).done
+                done = SharedSweep(folder / name).done
                 started = runner.start(
                     *sweep["models"],
                     backend=MISBEHAVING,
@@ -127,13 +133,7 @@ def timeouts(tmp_path_factory: pytest.TempPathFactory, zoo_cache: Path) -> dict[
                     file.close()
                 STARTED.append(started)  # not collected while it runs: any process may wait
                 (folder / name / PGID).write_text(str(started.proc.pid), encoding="utf-8")
-    return {name: SharedSweep(folder / name, zoo_cache) for name in timeouts_sweeps()}
-
-
-#: The folder of the run's ``timeouts`` sweeps, and the file of each one's process group.
-TIMEOUTS, PGID = "timeouts", "sweep.pgid"
-#: The ``timeouts`` sweeps this process started.
-STARTED: list[PendingSweep] = []
+    return {name: SharedSweep(folder / name) for name in timeouts_sweeps()}
 
 
 def arrive(base: Path) -> None:
@@ -152,11 +152,14 @@ def leave(base: Path) -> None:
         (alive / str(os.getpid())).unlink(missing_ok=True)
         last = not (alive.exists() and any(alive.iterdir()))
         for pgid in (base / TIMEOUTS).glob(f"*/{PGID}") if last else ():
-            if not SharedSweep(pgid.parent, base).done.exists():
+            if not SharedSweep(pgid.parent).done.exists():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(int(pgid.read_text(encoding="utf-8")), signal.SIGKILL)
-    for started in STARTED:  # killed or ended if this process is the last
-        started.proc.wait() if last else started.proc.poll()
+    for started in STARTED:
+        if last:  # killed, or ended
+            started.proc.wait()
+        else:
+            started.proc.poll()  # reaped, if it has ended
 
 
 def start_timeouts(request: pytest.FixtureRequest) -> None:

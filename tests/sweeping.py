@@ -106,7 +106,6 @@ class SharedSweep:
     (:meth:`SweepRunner.start` with ``done``), and any process may wait for."""
 
     folder: Path
-    cache: Path
 
     @property
     def done(self) -> Path:
@@ -118,7 +117,7 @@ class SharedSweep:
         while not self.done.exists():
             assert time.monotonic() < deadline, f"{self.folder.name}: not done in {timeout_s} s"
             time.sleep(0.2)
-        runner = SweepRunner(self.folder, self.cache, set_up=False)
+        runner = SweepRunner(self.folder, self.folder / "cache", set_up=False)
         runner.runs = 1
         return runner.finished(int(self.done.read_text()), time.monotonic() - started)
 
