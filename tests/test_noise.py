@@ -314,3 +314,68 @@ def test_an_encoder_is_held_to_float64_at_every_position_and_the_fixed_rule_at_i
     assert fixed.passed and fixed.cpu_match == "Y"
     check = held_to_noise(fixed, swapped, {"fp64": exact.double(), "eager": exact}, "float32")
     assert not check.passed and check.cpu_match.startswith("N error to fp64")
+
+
+def test_a_reference_file_made_for_another_dtype_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference holds an eager run in the run's dtype: a bf16 run handed the file of an
+    fp32 one (the same name, as a cache keyed without the dtype gave it) computes its own, and
+    the fp32 run after it computes its own again; none is judged by another's noise."""
+    from pytest_neuronsupport.runners.dense import run
+
+    params: dict[str, Any] = {"checkpoint": str(zoo.ensure_built("gpt2", tmp_path))}
+    params.update(device="cpu", backend="eager", fullgraph=False, prefill_chunk=None)
+    monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "reference.pt"))
+    kept = {}
+    for dtype in ("float32", "bfloat16", "float32"):
+        verdict = run({**params, "dtype": dtype}, CpuOps())
+        assert verdict["reference_cached"] is False, dtype
+        kept[dtype] = torch.load(tmp_path / "reference.pt", weights_only=True)
+        assert kept[dtype]["key"]["dtype"] == dtype
+        numbers = json.loads(classify.verdict_fields(verdict)["check"])["fp64"]
+        assert numbers["error_device"] == pytest.approx(numbers["error_eager"])  # eager's own
+    assert run({**params, "dtype": "float32"}, CpuOps())["reference_cached"] is True
+    bf16, fp32 = kept["bfloat16"]["eager"][1], kept["float32"]["eager"][1]
+    assert not torch.equal(bf16, fp32)
+
+
+def test_a_reference_is_named_by_every_parameter_but_those_of_the_device(tmp_path: Path) -> None:
+    """The plugin's name for a reference file changes with the dtype, the prefill chunk, the
+    float64 side, the runner's entry and the packages; not with the backend, the device, the
+    cores or the judge, which change nothing of the CPU's runs."""
+    from dataclasses import replace
+
+    from pytest_neuronsupport.modellist import ModelSpec
+    from pytest_neuronsupport.pipeline.plan import Plan
+    from pytest_neuronsupport.pipeline.reference import reference_file
+    from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan
+    from pytest_neuronsupport.runners import builtin_runners
+
+    checkpoint = zoo.ensure_built("gpt2", tmp_path)
+    runner = next(r for r in builtin_runners() if r.name == "dense")
+    spec = ModelSpec(id="zoo:gpt2", source=tmp_path / "models.toml", line=1)
+    planned = Plan(spec, checkpoint=str(checkpoint), runner=runner)
+    params = RunParams("zoo:gpt2", str(checkpoint), "dense", "cpu", "inductor", "float32", False)
+    code = ScriptPlan(runner.module, "run", "main", "CpuOps", runner.column)
+    stack = {"torch": "2.13.0", "transformers": "5.25.0"}
+
+    def name(p: RunParams = params, c: ScriptPlan = code) -> Path | None:
+        return reference_file(tmp_path, planned, stack, p, c)
+
+    same = [
+        replace(params, backend="aot_eager"),
+        replace(params, device="neuron", fullgraph=True),
+        replace(params, cores=2, judge="zoo:judge", model_id="other"),
+    ]
+    assert {name(p) for p in same} == {name()}
+    other = [
+        name(replace(params, dtype="bfloat16")),
+        name(replace(params, dtype="float16")),
+        name(replace(params, prefill_chunk=8)),
+        name(replace(params, fp64_reference=False)),
+        name(replace(params, revision="abc")),
+        name(c=replace(code, runner_entry="run_ranks")),
+        name(c=replace(code, packages=("einops",))),
+    ]
+    assert len({name(), *other}) == len(other) + 1

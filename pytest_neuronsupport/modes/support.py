@@ -84,21 +84,22 @@ class Support:
         self, sweep: Sweep, planned: Plan, script: Script, base: dict[str, Any]
     ) -> list[dict[str, Any]]:
         s, spec, run_py, text = sweep.settings, planned.spec, script.path, script.text
-        needs = spec.packages
-        fields = attempt(sweep, planned, needs, run_py, text)
+        parts = script_parts(sweep, planned)
+        fields = attempt(sweep, planned, parts, run_py, text)
         missing = None
         if fields["result"] == Result.FAIL_LOAD:
             missing = packages.missing_library(fields.get("error"), spec.packages)
         if missing is not None:  # once: the retry's own missing library is its verdict
-            needs = (*spec.packages, missing)
-            text = render(*script_parts(sweep, planned, needs), sweep.stack)
-            retried = attempt(sweep, planned, needs, run_py, text)
+            parts = script_parts(sweep, planned, (*spec.packages, missing))
+            text = render(*parts, sweep.stack)
+            retried = attempt(sweep, planned, parts, run_py, text)
             fields = classify.retried(retried, missing, fields)
         if judged_again(sweep, planned, fields):  # the CPU comparison did not run after all
-            text = render(*script_parts(sweep, planned, needs, cpu_failed=True), sweep.stack)
-            fields = classify.judged_again(attempt(sweep, planned, needs, run_py, text))
+            parts = script_parts(sweep, planned, parts[1].packages, cpu_failed=True)
+            text = render(*parts, sweep.stack)
+            fields = classify.judged_again(attempt(sweep, planned, parts, run_py, text))
         if s.minify and minify.wanted(fields, planned.cores):
-            fields = minified(sweep, planned, needs, run_py, fields)
+            fields = minified(sweep, planned, parts[1].packages, run_py, fields)
         assert planned.runner is not None
         fields = classify.with_checked_by(fields)
         fields.update(
@@ -161,17 +162,18 @@ def script_parts(
 
 
 def attempt(
-    sweep: Sweep, planned: Plan, needs: tuple[str, ...], run_py: Path, text: str
+    sweep: Sweep, planned: Plan, parts: tuple[RunParams, ScriptPlan], run_py: Path, text: str
 ) -> dict[str, Any]:
-    """Write ``run.py``, install the packages it needs, run it: the row fields it comes to."""
+    """Write ``run.py`` (``text``, rendered from ``parts``), install the packages it needs, run
+    it: the row fields it comes to."""
     run_py.write_text(text, encoding="utf-8")
-    overlay = None
+    overlay, needs = None, parts[1].packages
     if needs:
         try:
             overlay = packages.overlay(needs, sweep.settings.cache, sweep.settings.timeout_s)
         except packages.PackageError as exc:
             return classify.not_installed(exc)
-    return classify.ran(execute(sweep, planned, run_py, overlay))
+    return classify.ran(execute(sweep, planned, parts, run_py, overlay))
 
 
 def minified(
@@ -185,23 +187,25 @@ def minified(
     script.write_text(render(params, code, sweep.stack), "utf-8")
     s = sweep.settings
     overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None  # made
-    outcome = execute(sweep, planned, script, overlay, s.minify_timeout_s)
+    outcome = execute(sweep, planned, (params, code), script, overlay, s.minify_timeout_s)
     return minify.with_repro(fields, outcome, run_py.parent)
 
 
 def execute(
     sweep: Sweep,
     planned: Plan,
+    parts: tuple[RunParams, ScriptPlan],
     run_py: Path,
     overlay: Path | None = None,
     timeout_s: float | None = None,
 ) -> Outcome:
-    """Run a model's script with its CPU reference (the file that holds or will hold it)
-    isolated on its cores (importing the packages of ``overlay`` before the environment's;
-    ``timeout_s``: the sweep's own). ``run.py`` writes ``verdict.json`` and ``output.log``,
-    another script ``<stem>.json`` and ``<stem>.log``."""
+    """Run a model's script (rendered from ``parts``) with its CPU reference (the file that
+    holds or will hold it) isolated on its cores (importing the packages of ``overlay`` before
+    the environment's; ``timeout_s``: the sweep's own). ``run.py`` writes ``verdict.json`` and
+    ``output.log``, another script ``<stem>.json`` and ``<stem>.log``."""
     # hashing the checkpoint's files happens before the lease: the cores wait for no I/O
-    reference = reference_file(sweep.settings.cache / "references", planned, sweep.stack)
+    folder = sweep.settings.cache / "references"
+    reference = reference_file(folder, planned, sweep.stack, *parts)
     env = {}
     if reference is not None:
         reference.parent.mkdir(parents=True, exist_ok=True)

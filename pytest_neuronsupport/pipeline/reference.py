@@ -1,10 +1,14 @@
 """The file of a model's CPU reference, named by everything that changes the reference.
 
 A run computes its CPU reference once and keeps it in the file the plugin names for it (see
-:mod:`pytest_neuronsupport.runners.lib.reference`). The name is a hash of: the checkpoint's files
-(each file's content, for a local folder; the commit, for a Hub snapshot), the runner and its run
-code (the source of the run-side modules), the revision, and the torch and transformers
-versions. A second sweep of the same models pays only for the device.
+:mod:`pytest_neuronsupport.runners.lib.reference`). The name is a hash of everything that changes
+the reference: the checkpoint's files (each file's content, for a local folder; the commit, for a
+Hub snapshot); the run's parameters but those that only concern the device
+(:func:`~pytest_neuronsupport.runners.lib.protocol.reference_key`: the dtype, whose eager run the
+reference holds; the revision, the prefill chunk, whether float64 fits the host...); the runner,
+its entry and its run code (the source of the run-side modules); the packages the run adds; and
+the torch and transformers versions. A second sweep of the same models pays only for the device,
+and a sweep in another dtype never reuses the reference of the one before it.
 """
 
 from __future__ import annotations
@@ -17,24 +21,34 @@ from importlib.resources import files
 from pathlib import Path
 
 from pytest_neuronsupport.pipeline.plan import Plan
+from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan
 from pytest_neuronsupport.pipeline.runcode import module_source
+from pytest_neuronsupport.runners.lib.protocol import reference_key
 
 #: Bump when what a reference file holds changes.
-REFERENCE_FORMAT = 4  # 3: the float64 and eager outputs too; 4: encoders' at every position
+REFERENCE_FORMAT = 5  # 3: float64 and eager outputs; 4: encoders' at every position; 5: its key
 
 
-def reference_file(folder: Path, planned: Plan, stack: Mapping[str, str | None]) -> Path | None:
-    """Where the run of ``planned`` keeps its CPU reference; None when nothing identifies the
-    checkpoint's files (a Hub id not yet in the cache): then it is computed every time."""
+def reference_file(
+    folder: Path,
+    planned: Plan,
+    stack: Mapping[str, str | None],
+    params: RunParams,
+    code: ScriptPlan,
+) -> Path | None:
+    """Where the run of ``planned`` (with ``params``, made of ``code``) keeps its CPU
+    reference; None when nothing identifies the checkpoint's files (a Hub id not yet in the
+    cache): then it is computed every time."""
     found = fingerprint(planned.checkpoint, planned.config_path)
-    if found is None or planned.runner is None:
+    if found is None:
         return None
     material = {
         "format": REFERENCE_FORMAT,
         "checkpoint": found,
-        "revision": planned.spec.revision,
-        "runner": planned.runner.name,
-        "code": run_code_digest(planned.runner.module),
+        "params": reference_key(params.to_dict()),
+        "entry": [code.runner_module, code.runner_entry],
+        "packages": list(code.packages),
+        "code": run_code_digest(code.runner_module),
         "torch": stack.get("torch"),
         "transformers": stack.get("transformers"),
     }

@@ -220,7 +220,7 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     phase("reference")
     reference = functools.partial(cpu_reference, params, cls, forward)
     try:
-        ref, verdict["reference_cached"] = cached_reference(reference)
+        ref, verdict["reference_cached"] = cached_reference(params, reference)
         verdict.update(ref["info"])
         skipped = None if verdict["reference_reproducible"] else "CPU reference not reproducible"
     except Exception as exc:

@@ -59,7 +59,8 @@ def checked(params: dict[str, Any], gen: Generation, verdict: dict[str, Any]) ->
     gc.collect()  # the device's copy of the model is gone: room for the CPU's
     phase("reference")
     try:
-        ref, verdict["reference_cached"] = cached_reference(lambda: cpu_reference(params, gen))
+        computed = functools.partial(cpu_reference, params, gen)
+        ref, verdict["reference_cached"] = cached_reference(params, computed)
     except Exception as exc:
         return unchecked(verdict, f"the CPU run failed: {exc!r}"[:500])
     verdict.update(ref["info"])

@@ -26,6 +26,10 @@ PHASE_MARK = "[neuronsupport] phase:"
 VERDICT_MARK = "[neuronsupport] verdict:"
 #: The file that holds (or will hold) the run's CPU reference (unset: computed every time).
 REFERENCE_ENV = "NEURONSUPPORT_REFERENCE"
+#: The run's parameters that change nothing of its CPU reference: where and how the device runs
+#: it, and who judges its output. Every other parameter (the dtype first: the reference's eager
+#: run is in the device's dtype) is part of the reference's key (:func:`reference_key`).
+REFERENCE_IGNORES = ("model_id", "checkpoint", "device", "backend", "fullgraph", "cores", "judge")
 #: The dtypes a run may use, by their torch names.
 DTYPES = ("bfloat16", "float16", "float32")
 #: When each phase of this run began, in order: ``(name, time.perf_counter())``.
@@ -69,6 +73,14 @@ def phase_times(marks: Sequence[Sequence[Any]], compile_s: float) -> dict[str, f
     times.update(load_s=spent.get("load"), compile_s=compile_s, reference_s=spent.get("reference"))
     times["wall_s"] = marks[-1][1] - marks[0][1]
     return {k: v if v is None else round(v, 3) for k, v in times.items()}
+
+
+def reference_key(params: dict[str, Any]) -> dict[str, Any]:
+    """What of a run's parameters its CPU reference depends on: all but :data:`REFERENCE_IGNORES`
+    (the checkpoint is named by its files' hashes instead, by the plugin). A new parameter is
+    in the key unless it is listed there: at worst a reference computed once more, never one
+    computed for another run reused."""
+    return {k: params[k] for k in sorted(params) if k not in REFERENCE_IGNORES}
 
 
 def first_line(text: str | None, limit: int = 300) -> str:

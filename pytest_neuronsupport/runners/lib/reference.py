@@ -1,7 +1,8 @@
 """The CPU reference, computed once: kept in the file the plugin names for it.
 
 The plugin names the file in ``$NEURONSUPPORT_REFERENCE``, keyed by everything that changes a
-reference (the checkpoint, the run code, the torch and transformers versions: see
+reference (the checkpoint, the run's parameters but those that only concern the device, the dtype
+first; the run code, the torch and transformers versions: see
 :mod:`pytest_neuronsupport.pipeline.reference`), so a second sweep of the same models pays only
 for the device. Unset (``python3 run.py`` by hand), every run computes its reference afresh.
 
@@ -20,15 +21,18 @@ from typing import Any
 import torch
 
 from pytest_neuronsupport.runners.lib.models import load_pretrained
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, reference_key
 
 
-def cached_reference(compute: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
-    """The CPU reference, from its file if there is one; and whether it came from there."""
-    path = os.environ.get(REFERENCE_ENV)
+def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
+    """The CPU reference of the run of ``params``, from its file if there is one made for the
+    same key (:func:`reference_key`: the dtype first); and whether it came from there."""
+    path, key = os.environ.get(REFERENCE_ENV), reference_key(params)
     with suppress(Exception):  # none named, none yet, or a damaged one: computed (and replaced)
-        return torch.load(path, weights_only=True), True  # type: ignore[arg-type]
-    value, part = compute(), f"{path}.{os.getpid()}.tmp"
+        kept = torch.load(path, weights_only=True)  # type: ignore[arg-type]
+        if kept["key"] == key:  # another run's (a file named by hand): computed afresh
+            return kept, True
+    value, part = {**compute(), "key": key}, f"{path}.{os.getpid()}.tmp"
     if path:
         torch.save(value, part)
         os.replace(part, path)
