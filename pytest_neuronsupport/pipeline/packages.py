@@ -47,7 +47,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,9 +55,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from filelock import FileLock
-
 from pytest_neuronsupport import faults
+from pytest_neuronsupport.builtonce import built_once
 
 #: Where overlays go, under the cache.
 OVERLAYS = "packages"
@@ -131,23 +129,14 @@ def overlay(packages: Sequence[str], cache: Path, timeout_s: float = PIP_TIMEOUT
     Raises :class:`PackageError` with pip's reason when the set cannot be installed."""
     wanted = sorted(set(packages))
     installed = environment()
-    root = cache / OVERLAYS
-    final = root / key(wanted, installed)
-    if final.is_dir():  # only complete overlays are ever renamed into place
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final) + ".lock"):
-        if final.is_dir():  # another worker made it while this one waited
-            return final
-        building = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-        try:
-            pinned = install(wanted, building, installed, timeout_s)
-            manifest = {"packages": wanted, "installed": pinned, "python": sys.executable}
-            (building / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
-            building.rename(final)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-    return final
+    final = cache / OVERLAYS / key(wanted, installed)
+
+    def installed_into(building: Path) -> None:
+        pinned = install(wanted, building, installed, timeout_s)
+        manifest = {"packages": wanted, "installed": pinned, "python": sys.executable}
+        (building / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
+
+    return built_once(final, installed_into)
 
 
 def install(

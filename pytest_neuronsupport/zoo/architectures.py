@@ -20,14 +20,13 @@ module level.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pytest_neuronsupport import automap
+from pytest_neuronsupport.builtonce import built_once
 from pytest_neuronsupport.zoo.builder import _quiet_deterministic_build, zoo_root
 from pytest_neuronsupport.zoo.tokenizer import family_ids, make_tokenizer
 
@@ -290,24 +289,8 @@ def build(cls: str, model_type: str, kind: str, dest: Path) -> None:
 
 def ensure_built(cls: str, cache_dir: Path) -> Path:
     """The checkpoint folder of one mapped class, built into the zoo's cache if absent."""
-    from filelock import FileLock
-
     found = next(((t, k) for t, c, k in mapped() if c == cls), None)
     if found is None:
         raise KeyError(f"{cls}: transformers maps no such class for {', '.join(KINDS)}")
-    root = zoo_root(cache_dir) / FOLDER
-    final = root / name_of(cls)
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{cls}.lock"), timeout=900):
-        if final.is_dir():
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{cls}.tmp-", dir=root))
-        try:
-            build(cls, *found, tmp)
-            tmp.chmod(0o755)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    final = zoo_root(cache_dir) / FOLDER / name_of(cls)
+    return built_once(final, functools.partial(build, cls, *found))

@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_neuronsupport.builtonce import built_once
 from pytest_neuronsupport.zoo.catalog import ZOO_VERSION, ZooModel, get
 from pytest_neuronsupport.zoo.tokenizer import FAMILY_SPECIALS, family_ids, make_tokenizer
 
@@ -50,36 +49,15 @@ def ensure_built(name: str, cache_dir: Path) -> Path:
     exists.
     """
     get(name)  # fail early, with the list of known names
-    root = zoo_root(cache_dir)
-    final = root / name
-    if final.is_dir():
-        return final
+    final = zoo_root(cache_dir) / name
+    if not final.is_dir():
+        _LOG.debug("waiting for the build lock of zoo model %s", name)
 
-    from filelock import FileLock
+    def logged_build(dest: Path) -> None:
+        _LOG.info("building zoo model %s into %s", name, final)
+        build(name, dest)
 
-    root.mkdir(parents=True, exist_ok=True)
-    _LOG.debug("waiting for the build lock of zoo model %s", name)
-    with FileLock(str(root / f"{name}.lock"), timeout=_LOCK_TIMEOUT_S):
-        if final.is_dir():  # another process built it while we waited for the lock
-            return final
-        # Only lock holders build, so leftovers of a build that crashed can be removed.
-        for stale in root.glob(f".{name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-        try:
-            _LOG.info("building zoo model %s into %s", name, final)
-            build(name, tmp)
-            tmp.chmod(0o755)  # mkdtemp creates it 0o700
-            try:
-                os.replace(tmp, final)  # atomic: the directory appears complete or not at all
-            except OSError:
-                # Only if a builder that ignores the lock (a filesystem where locks do not
-                # work) got there first; its checkpoint is as good as ours.
-                if not final.is_dir():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return built_once(final, logged_build, _LOCK_TIMEOUT_S)
 
 
 def build(name: str, dest: Path) -> None:
