@@ -6,7 +6,7 @@ neuronsupport zoo build [NAME...]            build them into the cache (all by d
 neuronsupport zoo build --architectures [CLASS...]  a tiny model of every mapped architecture
 neuronsupport select --out FILE              a model list from the Hub, as the dataset card's
 neuronsupport lookup MODEL                   a model's rows over every pair
-neuronsupport diff PAIR_A PAIR_B             the models whose result differs between two pairs
+neuronsupport diff PAIR_A PAIR_B             result changes over the models in both pairs
 neuronsupport failures [--pair PAIR]         a pair's failures grouped by cause, with a repro
 neuronsupport coverage [--pair PAIR]...      the support matrix by architecture, over pairs
 neuronsupport baseline update --out FILE     expected results from a dataset
@@ -112,7 +112,11 @@ def parser() -> argparse.ArgumentParser:
     lookup.add_argument("model", metavar="MODEL", help="a model id, or part of one (any case)")
     _results(lookup)
 
-    diff = sub.add_parser("diff", help="the models whose result differs between two pairs")
+    diff = sub.add_parser(
+        "diff",
+        help="the models whose result differs between two pairs, over the models in both; "
+        "those with a row in one pair only are listed apart",
+    )
     diff.add_argument("pair_a", metavar="PAIR_A", help="e.g. inductor-2.12.0/transformers-5.24.0")
     diff.add_argument("pair_b", metavar="PAIR_B", help="e.g. inductor-2.13.0/transformers-5.24.0")
     diff.add_argument("--format", choices=("text", "csv", "json"), default="text")
@@ -344,8 +348,8 @@ def _lookup(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.lookup import diff, format_changes
 
-    changes = diff(_results_dir(args), args.pair_a, args.pair_b)
-    sys.stdout.write(format_changes(changes, args.pair_a, args.pair_b, args.format))
+    found = diff(_results_dir(args), args.pair_a, args.pair_b)
+    sys.stdout.write(format_changes(found, args.pair_a, args.pair_b, args.format))
     return 0
 
 

@@ -169,7 +169,9 @@ def test_compile_time_of_the_support_row_else_of_its_benchmarks(board: Dashboard
     assert new.metrics["compile_mean_s"] == pytest.approx(6.0)
     assert new.metrics["compile_p90_s"] == pytest.approx(5 + 0.9 * 2)
     assert old.metrics["compile_mean_s"] == 10.0 and old.models["compile"] == 1
-    assert new.changes["compile_mean_s"] == pytest.approx(-4.0)
+    # the change is over org/a alone, the one model with a compile time in both: 10 s -> 5 s
+    assert new.changes["compile_mean_s"] == pytest.approx(-5.0)
+    assert new.versus is not None and new.versus.models["compile_mean_s"] == 1
 
 
 def test_memory_ratio_where_both_peaks_are_recorded_else_none(board: Dashboard) -> None:
@@ -192,7 +194,7 @@ def test_changes_are_signed_against_the_previous_pair(board: Dashboard) -> None:
     columns = _columns(board)
     new = columns[NEW]
     assert new.changes["pass_rate"] == pytest.approx(0.0)
-    assert new.changes["speedup"] == pytest.approx(0.5)
+    assert new.changes["speedup"] == pytest.approx(2.5)  # org/a, benchmarked in both: 1.5x -> 4x
     assert new.changes["unchecked"] == -1
     assert new.count_changes["FAIL(gen)"] == -1 and new.count_changes["FAIL(load)"] == 1
     assert all(value is None for value in columns[EAGER].changes.values())
@@ -217,13 +219,26 @@ def test_the_table_writes_each_figure_and_its_change(board: Dashboard) -> None:
     assert table.header == ("", EAGER, OLD, NEW)
     lines = dict(_lines(board))
     assert lines["vs"] == ("-", "-", OLD)
-    assert lines["pass rate"] == ("100.0%", "66.7%", "66.7% (+0.0 pp)")
-    assert lines["PASS unchecked"][1:] == ("1", "0 (-1)")
-    assert lines["FAIL(load)"] == ("0", "0", "1 (+1)")
-    assert lines["compile time (mean)"] == ("-", "10.00 s", "6.00 s (-4.00 s)")
+    assert lines["tested in both"] == ("-", "-", "3")
+    assert (
+        lines["tested only in this pair"] == lines["tested only in the previous"] == ("-", "-", "0")
+    )
+    assert lines["pass rate"] == (
+        "100.0%",
+        "66.7%",
+        "66.7% (+0.0 pp over 3 in both: 66.7% -> 66.7%)",
+    )
+    assert lines["PASS unchecked"][1:] == ("1", "0 (-1 over 3 in both: 1 -> 0)")
+    assert lines["FAIL(load)"] == ("0", "0", "1 (+1 over 3 in both)")
+    assert lines["compile time (mean)"] == (
+        "-",
+        "10.00 s",
+        "6.00 s (-5.00 s over 1 in both: 10.00 s -> 5.00 s)",
+    )
     assert lines["speedup (geomean)"][1] == "1.50x [1 model]"
-    assert lines["speedup (geomean)"][2].endswith("(+0.50x)")
-    assert lines["peak memory compiled/eager"] == ("-", "-", "1.00x")
+    assert lines["speedup (geomean)"][2].endswith("(+2.50x over 1 in both: 1.50x -> 4.00x)")
+    # the new pair has a figure, but no model has one in both: no change, and it says why
+    assert lines["peak memory compiled/eager"] == ("-", "-", "1.00x (over 0 in both)")
 
 
 def test_a_pair_with_only_performance_rows_has_a_column(tmp_path: Path) -> None:
@@ -284,7 +299,9 @@ def test_the_pages_tab_links_the_worst_models_and_plots_each_metric(board: Dashb
     new = next(entry for entry in shown["worst"] if entry["pair"] == NEW)
     failed = new["metrics"][0]
     assert failed["name"] == "pass rate"
-    assert failed["models"] == [{"model_id": "org/c", "text": "FAIL(load)", "index": 7}]
+    assert failed["models"] == [
+        {"model_id": "org/c", "text": "FAIL(load)", "only_here": False, "index": 7}
+    ]
     assert new["metrics"][1]["models"][0]["index"] is None  # no such row on the page
 
 
@@ -293,7 +310,10 @@ def test_the_json_is_every_column(results: Path, board: Dashboard) -> None:
     assert [c["pair"] for c in columns] == [EAGER, OLD, NEW]
     assert columns[2]["metrics"]["speedup"] == pytest.approx(2.0)
     assert columns[2]["left_out"] == 1
-    assert columns[2]["worst"]["pass_rate"] == [{"model_id": "org/c", "text": "FAIL(load)"}]
+    assert columns[2]["worst"]["pass_rate"] == [
+        {"model_id": "org/c", "text": "FAIL(load)", "only_here": False}
+    ]
+    assert columns[2]["versus"]["in_both"] == 3 and columns[0]["versus"] is None
 
 
 def test_the_command_prints_the_table_and_the_worst_models(
@@ -323,3 +343,139 @@ def test_the_command_without_a_dataset_says_so(
 ) -> None:
     assert cli_main(["dashboard", "--results", str(tmp_path / "none")]) == 2
     assert "no results dataset at" in capsys.readouterr().err
+
+
+def _shifted(results: Path) -> Path:
+    """Two pairs of one compiler that tested different models: two models in both (one mended),
+    two dropped after the older pair (a failure and a slow one), three added in the newer (a
+    failure, a fast one, and one the older pair excluded)."""
+    rows = [
+        result_row("m/common-pass", compile_s=10.0, graph_breaks=1, **_OLD),
+        result_row("m/common-mended", "FAIL(gen)", compile_s=6.0, **_OLD),
+        result_row("m/gone-fail", "FAIL(load)", **_OLD),
+        result_row("m/gone-slow", compile_s=100.0, graph_breaks=9, **_OLD),
+        result_row("m/was-excluded", "EXCLUDED", exclusion="remote code", **_OLD),
+        result_row("m/common-pass", compile_s=8.0, graph_breaks=0),
+        result_row("m/common-mended", compile_s=4.0),
+        result_row("m/came-fail", "FAIL(forward)"),
+        result_row("m/came-fast", compile_s=1.0),
+        result_row("m/was-excluded"),
+    ]
+    write_results(results, rows)
+    perf = {
+        "inductor-2.9.1/transformers-5.24.0.parquet": [
+            perf_row("m/common-pass", "b1-s128-dp1", speedup_vs_eager=2.0),
+            perf_row("m/gone-slow", "b1-s128-dp1", speedup_vs_eager=0.5),
+        ],
+        "inductor-2.13.0/transformers-5.24.0.parquet": [
+            perf_row("m/common-pass", "b1-s128-dp1", speedup_vs_eager=2.5),
+            # benchmarked in the newer pair only: in its own geomean, in no change
+            perf_row("m/common-mended", "b1-s128-dp1", speedup_vs_eager=3.0),
+            perf_row("m/came-fast", "b1-s128-dp1", speedup_vs_eager=10.0),
+        ],
+    }
+    with Journal(results) as journal:
+        for pair, perf_rows in perf.items():
+            for row in perf_rows:
+                journal.append(pair, row, PERF)
+    assert merge_journals(results).ok
+    return results
+
+
+@pytest.fixture(scope="module")
+def shifted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _shifted(tmp_path_factory.mktemp("shifted"))
+
+
+def test_changes_are_over_the_models_both_pairs_tested(shifted: Path) -> None:
+    old, new = _columns(dashboard(shifted))[OLD], _columns(dashboard(shifted))[NEW]
+    # each pair's own figures stay over all its models...
+    assert old.metrics["pass_rate"] == pytest.approx(2 / 4)
+    assert new.metrics["pass_rate"] == pytest.approx(4 / 5)
+    assert new.metrics["speedup"] == pytest.approx((2.5 * 3.0 * 10.0) ** (1 / 3))
+    # ...but each change is over common-pass and common-mended, tested in both
+    versus = new.versus
+    assert versus is not None and versus.previous == OLD and versus.in_both == 2
+    assert (versus.previous_metrics["pass_rate"], versus.metrics["pass_rate"]) == (0.5, 1.0)
+    assert new.changes["pass_rate"] == pytest.approx(0.5)  # not the +30 pp of 50% -> 80%
+    assert versus.models["pass_rate"] == 2
+    # speedup: common-pass alone was benchmarked in both (2x -> 2.5x)
+    assert versus.models["speedup"] == 1
+    assert new.changes["speedup"] == pytest.approx(0.5)
+    # compile time: (10 + 6) / 2 -> (8 + 4) / 2; gone-slow's 100 s and came-fast's 1 s are out
+    assert (versus.previous_metrics["compile_mean_s"], versus.metrics["compile_mean_s"]) == (
+        8.0,
+        6.0,
+    )
+    assert new.changes["compile_mean_s"] == pytest.approx(-2.0)
+    # graph breaks: common-pass records them in both (1 -> 0); gone-slow's 9 are not a change
+    assert new.changes["graph_breaks"] == -1 and versus.models["graph_breaks"] == 1
+    # the counts: over the models in both as well (the failures that came and went are apart)
+    assert new.count_changes["PASS"] == 1 and new.count_changes["FAIL(gen)"] == -1
+    assert new.count_changes["FAIL(load)"] == 0 and new.count_changes["FAIL(forward)"] == 0
+
+
+def test_models_tested_in_only_one_pair_are_listed_apart(shifted: Path) -> None:
+    new = _columns(dashboard(shifted))[NEW]
+    assert new.versus is not None
+    # EXCLUDED is not tested: a model excluded before and tested now is new to the comparison
+    assert new.versus.only_here == ["m/came-fail", "m/came-fast", "m/was-excluded"]
+    assert new.versus.only_previous == ["m/gone-fail", "m/gone-slow"]
+    lines = dict(_lines(dashboard(shifted)))
+    assert lines["models tested"] == ("4", "5")
+    assert lines["tested in both"] == ("-", "2")
+    assert lines["tested only in this pair"] == ("-", "3")
+    assert lines["tested only in the previous"] == ("-", "2")
+    assert lines["pass rate"][1] == "80.0% (+50.0 pp over 2 in both: 50.0% -> 100.0%)"
+    assert lines["FAIL(forward)"][1] == "1"  # a failure only this pair has is no change
+
+
+def test_the_worst_models_say_which_only_this_pair_tested(shifted: Path) -> None:
+    worst = _columns(dashboard(shifted))[NEW].worst
+    assert [(w.model_id, w.only_here) for w in worst["pass_rate"]] == [("m/came-fail", True)]
+    assert [(w.model_id, w.only_here) for w in worst["speedup"]] == [
+        ("m/common-pass", False),
+        ("m/common-mended", False),
+        ("m/came-fast", True),
+    ]
+    report = dashboard_report(shifted)
+    assert f"{NEW}\n  pass rate: m/came-fail FAIL(forward) (only in this pair)\n" in report
+
+
+def test_the_report_names_the_models_apart_and_the_json_holds_them(shifted: Path) -> None:
+    report = dashboard_report(shifted).splitlines()
+    start = report.index("tested in only one of the two pairs (in no change)")
+    assert report[start + 1 :] == [
+        f"{NEW} vs {OLD}",
+        "  only in this pair (3): m/came-fail, m/came-fast, m/was-excluded",
+        "  only in the previous (2): m/gone-fail, m/gone-slow",
+    ]
+    new = json.loads(dashboard_report(shifted, "json"))[1]
+    assert new["versus"]["only_here"] == ["m/came-fail", "m/came-fast", "m/was-excluded"]
+    assert new["versus"]["only_previous"] == ["m/gone-fail", "m/gone-slow"]
+    assert new["versus"]["metrics"]["pass_rate"] == 1.0
+    assert new["versus"]["previous_metrics"]["pass_rate"] == 0.5
+    assert new["changes"]["pass_rate"] == pytest.approx(0.5)
+
+
+def test_the_pages_tab_lists_the_models_apart_with_their_rows(shifted: Path) -> None:
+    shown = page_dashboard(dashboard(shifted), {(NEW, "m/came-fail"): 3, (OLD, "m/gone-fail"): 1})
+    assert shown["compared"] is True
+    (apart,) = shown["apart"]
+    assert (apart["pair"], apart["previous"], apart["in_both"]) == (NEW, OLD, 2)
+    here, previous = apart["sides"]
+    assert here["name"] == "only in this pair"
+    assert here["models"][0] == {"model_id": "m/came-fail", "index": 3}
+    assert previous["name"] == "only in the previous"
+    assert previous["models"] == [
+        {"model_id": "m/gone-fail", "index": 1},  # its row in the previous pair
+        {"model_id": "m/gone-slow", "index": None},
+    ]
+
+
+def test_pairs_that_tested_the_same_models_list_nothing_apart(
+    results: Path, board: Dashboard
+) -> None:
+    shown = page_dashboard(board, {})
+    assert shown["apart"] == [] and shown["compared"] is True
+    assert "tested in only one" not in dashboard_report(results)

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport.dataset.layout import run_dir
-from pytest_neuronsupport.views.lookup import PairError, diff, lookup, resolve_pair
+from pytest_neuronsupport.views.lookup import (
+    PairError,
+    diff,
+    format_changes,
+    lookup,
+    resolve_pair,
+    split_models,
+)
 from tests.results_for_tests import result_row, write_results
 
 EXE = Path(sys.executable).parent / "neuronsupport"
@@ -67,30 +74,84 @@ def test_diff_names_the_models_that_changed_in_each_format(results: Path) -> Non
     text = neuronsupport("diff", OLD, "data/" + NEW + ".parquet", "--results", str(results))
     assert text.returncode == 0, text.stderr
     assert text.stdout.splitlines() == [
-        f"3 model(s) differ between {OLD} (a) and data/{NEW}.parquet (b)",
+        f"2 model(s) differ between {OLD} (a) and data/{NEW}.parquet (b),"
+        " over the 3 model(s) in both",
         "zoo:llama: PASS -> FAIL(gen)",
         "  b: RuntimeError: zoo:llama broke",
-        "zoo:only-new: no row -> EXCLUDED",
         "zoo:t5: FAIL(load) -> PASS",
         "  a: RuntimeError: zoo:t5 broke",
+        "1 model(s) only in b, not compared:",
+        "  zoo:only-new: EXCLUDED",
     ]
     as_csv = neuronsupport("diff", OLD, NEW, "--results", str(results), "--format", "csv")
     table = list(csv.DictReader(io.StringIO(as_csv.stdout)))
-    assert [(r["model_id"], r["result_a"], r["result_b"]) for r in table] == [
-        ("zoo:llama", "PASS", "FAIL(gen)"),
-        ("zoo:only-new", "", "EXCLUDED"),
-        ("zoo:t5", "FAIL(load)", "PASS"),
+    assert [(r["model_id"], r["result_a"], r["result_b"], r["only_in"]) for r in table] == [
+        ("zoo:llama", "PASS", "FAIL(gen)", ""),
+        ("zoo:t5", "FAIL(load)", "PASS", ""),
+        ("zoo:only-new", "", "EXCLUDED", "b"),  # apart: after the changes
     ]
+    assert {r["in_both"] for r in table} == {"3"}
     as_json = neuronsupport("diff", OLD, NEW, "--results", str(results), "--format", "json")
-    assert json.loads(as_json.stdout)[0] == {
+    records = json.loads(as_json.stdout)
+    assert records[0] == {
         "model_id": "zoo:llama",
         "result_a": "PASS",
         "result_b": "FAIL(gen)",
         "error_a": "",
         "error_b": "RuntimeError: zoo:llama broke",
+        "only_in": None,
+        "in_both": 3,
     }
+    assert [(r["model_id"], r["only_in"]) for r in records[1:]] == [
+        ("zoo:t5", None),
+        ("zoo:only-new", "b"),
+    ]
     same = diff(results, NEW, NEW)
-    assert same == []
+    assert (same.changes, same.only_a, same.only_b, same.in_both) == ([], [], [], 4)
+
+
+def test_diff_sets_apart_the_models_of_one_pair_only_on_either_side(tmp_path: Path) -> None:
+    """Two pairs that tested different models: the changes are over the models in both alone;
+    a model with a row on one side only is listed apart, whichever side, never as a change."""
+    rows = [
+        result_row("zoo:both-same", compiler_version="2.9.0"),
+        result_row("zoo:both-same"),
+        result_row("zoo:both-broke", compiler_version="2.9.0"),
+        result_row("zoo:both-broke", "FAIL(forward)"),
+        result_row("zoo:gone", "FAIL(load)", compiler_version="2.9.0"),
+        result_row("zoo:came", "FAIL(gen)"),
+        result_row("zoo:came-too"),
+    ]
+    results = write_results(tmp_path / "results", rows)
+    found = diff(results, OLD, NEW)
+    assert found.in_both == 2
+    assert [(c.model_id, c.result_a, c.result_b) for c in found.changes] == [
+        ("zoo:both-broke", "PASS", "FAIL(forward)")
+    ]
+    assert [(c.model_id, c.result_a, c.only_in) for c in found.only_a] == [
+        ("zoo:gone", "FAIL(load)", "a")
+    ]
+    assert [(c.model_id, c.result_b, c.only_in) for c in found.only_b] == [
+        ("zoo:came", "FAIL(gen)", "b"),
+        ("zoo:came-too", "PASS", "b"),
+    ]
+    text = format_changes(found, OLD, NEW, "text").splitlines()
+    assert text[0].endswith("(b), over the 2 model(s) in both")
+    assert text[3:] == [
+        "1 model(s) only in a, not compared:",
+        "  zoo:gone: FAIL(load)",
+        "2 model(s) only in b, not compared:",
+        "  zoo:came: FAIL(gen)",
+        "  zoo:came-too: PASS",
+    ]
+    swapped = diff(results, NEW, OLD)  # the sides follow the arguments
+    assert [c.model_id for c in swapped.only_a] == ["zoo:came", "zoo:came-too"]
+    assert [c.model_id for c in swapped.only_b] == ["zoo:gone"]
+
+
+def test_split_models_sorts_each_side_as_the_page_does() -> None:
+    split = split_models(["m10", "m2", "both"], ["both", "m3"])
+    assert (split.both, split.only_a, split.only_b) == (["both"], ["m2", "m10"], ["m3"])
 
 
 def test_an_unknown_pair_is_refused_naming_the_pairs_there_are(results: Path) -> None:

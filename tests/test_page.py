@@ -455,6 +455,9 @@ def test_the_dashboard_view_is_the_commands_table_with_plots_and_links(
     assert f"{B}: 33.3%" in titles  # of zeta-lm, Llama-Tiny and whisper, one passed
     worst = page.locator(f'#dashboard .worst-pair[data-pair="{B}"] li[data-metric="pass rate"]')
     assert worst.locator("button.model-link").all_text_contents() == ["org/whisper", "org/zeta-lm"]
+    a_failed = page.locator(f'#dashboard .worst-pair[data-pair="{A}"] li[data-metric="pass rate"]')
+    shown_failed = " ".join(str(a_failed.text_content()).split())
+    assert shown_failed == "pass rate: org/mid-t5 FAIL(load) (only in this pair)"  # B lacks it
     worst.locator("button.model-link", has_text="org/zeta-lm").click()
     detail = page.locator("dialog#detail")
     assert detail.locator("#detail-title").text_content() == "org/zeta-lm"
@@ -470,6 +473,31 @@ def test_the_dashboard_view_is_the_commands_table_with_plots_and_links(
     assert detail.locator("#detail-history tbody tr td.result").all_text_contents() == [
         "PASS unchecked"
     ]
+
+
+def test_the_dashboard_compares_like_with_like_and_lists_the_rest_apart(
+    watched: Watched,
+) -> None:
+    """A against B (its previous pair) over org/zeta-lm, the one model both tested; the models
+    tested in only one of them are named apart, each opening its row in the pair that has it."""
+    page = watched.page
+    page.click('button[data-view="dashboard"]')
+    cells = "t => [...t.rows].map(r => [...r.cells].map(c => c.textContent.trim()))"
+    table = {line[0]: line[2:] for line in page.locator("#dashboard table").evaluate(cells)}
+    assert table["tested in both"] == ["-", "-", "1"]  # the columns: C, B, A
+    # A's own pass rate is over its 3 models; its change over zeta-lm alone: FAIL -> PASS
+    assert table["pass rate"][2] == "66.7% (+100.0 pp over 1 in both: 0.0% -> 100.0%)"
+    apart = page.locator(f'#dashboard .apart-pair[data-pair="{A}"]')
+    assert " ".join(str(apart.locator("h4").text_content()).split()) == f"{A} vs {B}, 1 in both"
+    here = apart.locator('li[data-side="only in this pair"] button.model-link')
+    assert here.all_text_contents() == ["org/alpha-bert", "org/mid-t5"]  # vit-small: EXCLUDED
+    before = apart.locator('li[data-side="only in the previous"] button.model-link')
+    assert before.all_text_contents() == ["org/Llama-Tiny", "org/whisper"]
+    before.filter(has_text="org/whisper").click()
+    detail = page.locator("dialog#detail")
+    assert detail.locator("#detail-title").text_content() == "org/whisper"
+    assert detail.locator('dd[data-field="pair"]').text_content() == B
+    assert page.locator("#dashboard .apart-pair").count() == 1  # C is its compiler's first
 
 
 def test_the_architectures_view_is_the_coverage_commands_matrix(
@@ -520,6 +548,8 @@ def test_views_without_performance_training_or_architecture_rows_say_so(tmp_path
     assert 'id="no-coverage"' in bare.read_text(encoding="utf-8")  # mid-t5 names none
     summary = " ".join(text.split('id="summary">')[1].split("</p>")[0].split())
     assert summary.startswith("1 row · 1 model · 1 pair")  # no "1 pairs"
+    no_apart = text.split('id="no-apart">')[1].split("</p>")[0]
+    assert no_apart == "No pair has a previous pair of its compiler to be compared with."
 
 
 def test_markup_in_data_stays_text(watched: Watched) -> None:

@@ -19,11 +19,15 @@ performance rows (``perf/``):
   (``peak_gb / eager_peak_gb`` of its PASS performance rows; none on CPU);
 - **graph breaks**: their total over the pair's latest rows.
 
-Every figure is set against the previous pair of the same compiler (the column before it in
-that order: the compiler's previous release, or the same release with the library's previous
-one) as a signed change; the first pair of a compiler has none. The worst models of each metric
-come with each column: the failed ones, the slowest against eager, the longest to compile, the
-hungriest, those with the most graph breaks.
+A column's figures are over all its models. Every figure is set against the previous pair of
+the same compiler (the column before it in that order: the compiler's previous release, or the
+same release with the library's previous one) like with like (:class:`Versus`): both pairs'
+figures over the models both tested (a latest row other than ``EXCLUDED``, or performance
+figures, in each), each over those of them that have it in both, and the signed change between
+the two; the first pair of a compiler has none. The models tested in only one of the two are
+counted and named apart, in no change. The worst models of each metric come with each column:
+the failed ones, the slowest against eager, the longest to compile, the hungriest, those with
+the most graph breaks; a model that only this pair tested says so.
 
 Columns written by later versions (``compile_s`` of a support row, ``peak_gb``,
 ``eager_peak_gb``, ``wide_interval`` of a performance row) are read where a file has them: an
@@ -38,8 +42,8 @@ import json
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,7 +54,7 @@ from pytest_neuronsupport.dataset.store import latest_positions, read_table
 from pytest_neuronsupport.pipeline.classify import unchecked_kind
 from pytest_neuronsupport.runners.lib.measures import percentile
 from pytest_neuronsupport.runners.lib.protocol import Result
-from pytest_neuronsupport.views.lookup import natural_key
+from pytest_neuronsupport.views.lookup import natural_key, split_models
 from pytest_neuronsupport.views.perf import Grid
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "Column",
     "Dashboard",
     "ModelFigures",
+    "Versus",
     "Worst",
     "dashboard",
     "dashboard_report",
@@ -69,6 +74,8 @@ WORST: Final = 5
 """How many of the worst models each metric names."""
 NONE: Final = "-"
 """A figure that cannot be made (no model to make it of)."""
+_ONLY_HERE: Final = "only in this pair"
+_ONLY_PREVIOUS: Final = "only in the previous"
 
 
 @dataclass(frozen=True)
@@ -133,16 +140,44 @@ class ModelFigures:
 
 @dataclass(frozen=True)
 class Worst:
-    """A model named among the worst of a metric: its id, and the value that named it."""
+    """A model named among the worst of a metric: its id, the value that named it, and whether
+    only this pair tested it (so it is in no change against the previous pair)."""
 
     model_id: str
     text: str
+    only_here: bool = False
+
+
+@dataclass(frozen=True)
+class Versus:
+    """A pair set against its previous pair like with like: both pairs' figures over the models
+    both tested (a latest row other than ``EXCLUDED``, or performance figures, in each), and the
+    models tested in only one of the two, listed apart and in no figure here."""
+
+    previous: str
+    in_both: int
+    """How many models both pairs tested."""
+    only_here: list[str]
+    """The models this pair tested and the previous one did not."""
+    only_previous: list[str]
+    """The models the previous pair tested and this one did not."""
+    metrics: dict[str, float | None]
+    """This pair's figures (:data:`METRICS`) over the models in both."""
+    previous_metrics: dict[str, float | None]
+    """The previous pair's figures over the same models."""
+    counts: dict[str, int]
+    """This pair's models per result, over the models in both."""
+    previous_counts: dict[str, int]
+    models: dict[str, int]
+    """Per figure (:data:`METRICS`' keys), the models in both that it is made of: those with
+    that figure in both pairs (a result for the pass rate and the counts)."""
 
 
 @dataclass(frozen=True)
 class Column:
-    """One pair's figures (:data:`METRICS`), their changes against :attr:`previous`, the
-    models per result, how many models each figure is made of, and the worst models."""
+    """One pair's figures (:data:`METRICS`) over all its models, their changes against
+    :attr:`previous` over the models both tested (:attr:`versus`), the models per result, how
+    many models each figure is made of, and the worst models."""
 
     pair: str
     previous: str | None
@@ -150,7 +185,10 @@ class Column:
     counts: dict[str, int]
     metrics: dict[str, float | None]
     changes: dict[str, float | None]
+    """Each figure's change against the previous pair, over the models both tested
+    (:attr:`Versus.metrics` less :attr:`Versus.previous_metrics`)."""
     count_changes: dict[str, int | None]
+    """The change of the models per result, over the models both tested."""
     models: dict[str, int]
     """Models each figure is made of: ``speedup``, ``compile``, ``memory_ratio``."""
     speedup_spread: dict[str, float | None]
@@ -158,6 +196,8 @@ class Column:
     left_out: int
     """Speedup figures left out: flagged ``wide_interval``."""
     worst: dict[str, list[Worst]] = field(default_factory=dict)
+    versus: Versus | None = None
+    """The comparison with :attr:`previous`; None for a compiler's first pair."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +294,7 @@ def _pair_figures(
     return figures
 
 
-def _worst(figures: Sequence[ModelFigures]) -> dict[str, list[Worst]]:
+def _worst(figures: Sequence[ModelFigures], only_here: Set[str]) -> dict[str, list[Worst]]:
     failed = [f for f in figures if f.result not in (None, Result.PASS, Result.EXCLUDED)]
     sped = sorted((f for f in figures if f.speedup is not None), key=lambda f: f.speedup or 0)
     slow = sorted(
@@ -264,59 +304,146 @@ def _worst(figures: Sequence[ModelFigures]) -> dict[str, list[Worst]]:
         (f for f in figures if f.memory_ratio is not None), key=lambda f: -(f.memory_ratio or 0)
     )
     broken = sorted((f for f in figures if f.graph_breaks), key=lambda f: -(f.graph_breaks or 0))
+
+    def named(found: Sequence[ModelFigures], text: Callable[[ModelFigures], str]) -> list[Worst]:
+        return [Worst(f.model_id, text(f), f.model_id in only_here) for f in found[:WORST]]
+
     return {
-        "pass_rate": [Worst(f.model_id, str(f.result)) for f in failed[:WORST]],
-        "speedup": [Worst(f.model_id, f"{f.speedup:.2f}x") for f in sped[:WORST]],
-        "compile_mean_s": [Worst(f.model_id, f"{f.compile_s:.2f} s") for f in slow[:WORST]],
-        "memory_ratio": [Worst(f.model_id, f"{f.memory_ratio:.2f}x") for f in hungry[:WORST]],
-        "graph_breaks": [Worst(f.model_id, str(f.graph_breaks)) for f in broken[:WORST]],
+        "pass_rate": named(failed, lambda f: str(f.result)),
+        "speedup": named(sped, lambda f: f"{f.speedup:.2f}x"),
+        "compile_mean_s": named(slow, lambda f: f"{f.compile_s:.2f} s"),
+        "memory_ratio": named(hungry, lambda f: f"{f.memory_ratio:.2f}x"),
+        "graph_breaks": named(broken, lambda f: str(f.graph_breaks)),
     }
 
 
-def _column(pair: str, figures: Mapping[str, ModelFigures], previous: Column | None) -> Column:
-    rows = [f for f in figures.values() if f.result is not None]
+@dataclass(frozen=True)
+class _Summary:
+    """Figures (:data:`METRICS`) over some models of a pair, the models per result, the models
+    each figure is made of (by metric key), and the speedups the geomean is made of."""
+
+    metrics: dict[str, float | None]
+    counts: dict[str, int]
+    models: dict[str, int]
+    speedups: list[float]
+
+
+def _summary(figures: Sequence[ModelFigures]) -> _Summary:
+    rows = [f for f in figures if f.result is not None]
     counts = Counter(str(f.result) for f in rows)
     tested = sum(f.result != Result.EXCLUDED for f in rows)
-    speedups = [f.speedup for f in figures.values() if f.speedup is not None]
-    compiles = [f.compile_s for f in figures.values() if f.compile_s is not None]
-    memory = [f.memory_ratio for f in figures.values() if f.memory_ratio is not None]
+    speedups = [f.speedup for f in figures if f.speedup is not None]
+    compiles = [f.compile_s for f in figures if f.compile_s is not None]
+    memory = [f.memory_ratio for f in figures if f.memory_ratio is not None]
     breaks = [f.graph_breaks for f in rows if f.graph_breaks is not None]
-    geomean = _geomean(speedups)
-    gsd = None
-    if geomean is not None and len(speedups) > 1:
-        gsd = math.exp(statistics.stdev(math.log(s) for s in speedups))
     metrics: dict[str, float | None] = {
         "pass_rate": counts[Result.PASS] / tested if tested else None,
         "unchecked": float(sum(f.unchecked for f in rows)),
-        "speedup": geomean,
+        "speedup": _geomean(speedups),
         "compile_mean_s": statistics.fmean(compiles) if compiles else None,
         "compile_p90_s": percentile(compiles, 90) if compiles else None,
         "memory_ratio": _geomean(memory),
         "graph_breaks": float(sum(breaks)) if breaks else None,
     }
-    changes: dict[str, float | None] = {key: None for key in metrics}
+    made_of = (tested, tested, len(speedups), len(compiles), len(compiles), len(memory))
+    models = dict(zip((m.key for m in METRICS), (*made_of, len(breaks)), strict=True))
+    return _Summary(metrics, {r.value: counts[r.value] for r in Result}, models, speedups)
+
+
+def _tested(figures: Mapping[str, ModelFigures]) -> list[str]:
+    """The models a pair tested: a latest row other than ``EXCLUDED``, or only performance
+    figures."""
+    return [model for model, f in figures.items() if f.result != Result.EXCLUDED]
+
+
+_ALIKE: Final = ("result", "compile_s", "speedup", "memory_ratio", "graph_breaks")
+"""The figures of a model that a comparison keeps only where both pairs have them."""
+
+
+def _alike(here: ModelFigures, before: ModelFigures) -> tuple[ModelFigures, ModelFigures]:
+    """One model's figures in two pairs, each figure kept only where both pairs have it."""
+    blank: dict[str, Any] = {
+        name: None
+        for name in _ALIKE
+        if getattr(here, name) is None or getattr(before, name) is None
+    }
+    if "result" in blank:
+        blank["unchecked"] = False
+    return replace(here, **blank), replace(before, **blank)
+
+
+def _versus(
+    here: Mapping[str, ModelFigures], previous: str, before: Mapping[str, ModelFigures]
+) -> Versus:
+    """A pair against its previous one over the models both tested (:class:`Versus`)."""
+    split = split_models(_tested(before), _tested(here))
+    alike = [_alike(here[model], before[model]) for model in split.both]
+    now, then = _summary([a for a, _ in alike]), _summary([b for _, b in alike])
+    for key, made_of in now.models.items():  # a figure of no model in both is no figure
+        if not made_of:
+            now.metrics[key] = then.metrics[key] = None
+    return Versus(
+        previous=previous,
+        in_both=len(split.both),
+        only_here=split.only_b,
+        only_previous=split.only_a,
+        metrics=now.metrics,
+        previous_metrics=then.metrics,
+        counts=now.counts,
+        previous_counts=then.counts,
+        models=now.models,
+    )
+
+
+def _changes(versus: Versus | None) -> tuple[dict[str, float | None], dict[str, int | None]]:
+    """Each figure's change, and each result's count's, over the models both pairs tested."""
+    changes: dict[str, float | None] = {metric.key: None for metric in METRICS}
     count_changes: dict[str, int | None] = {r.value: None for r in Result}
-    if previous is not None:
-        for key, value in metrics.items():
-            before = previous.metrics[key]
-            changes[key] = None if value is None or before is None else value - before
-        count_changes = {r.value: counts[r.value] - previous.counts.get(r.value, 0) for r in Result}
+    if versus is None:
+        return changes, count_changes
+    for key in changes:
+        now, then = versus.metrics[key], versus.previous_metrics[key]
+        changes[key] = None if now is None or then is None else now - then
+    if versus.models["pass_rate"]:
+        count_changes = {r: n - versus.previous_counts[r] for r, n in versus.counts.items()}
+    return changes, count_changes
+
+
+def _column(
+    pair: str,
+    figures: Mapping[str, ModelFigures],
+    previous: tuple[str, Mapping[str, ModelFigures]] | None,
+) -> Column:
+    """A pair's column: its figures over all its models, and (``previous``: the previous pair's
+    label and figures) their changes over the models both tested."""
+    own = _summary(list(figures.values()))
+    versus = None if previous is None else _versus(figures, *previous)
+    changes, count_changes = _changes(versus)
+    speedups = own.speedups
+    gsd = None
+    if own.metrics["speedup"] is not None and len(speedups) > 1:
+        gsd = math.exp(statistics.stdev(math.log(s) for s in speedups))
     return Column(
         pair=pair,
-        previous=None if previous is None else previous.pair,
-        tested=tested,
-        counts={r.value: counts[r.value] for r in Result},
-        metrics=metrics,
+        previous=None if previous is None else previous[0],
+        tested=own.models["pass_rate"],
+        counts=own.counts,
+        metrics=own.metrics,
         changes=changes,
         count_changes=count_changes,
-        models={"speedup": len(speedups), "compile": len(compiles), "memory_ratio": len(memory)},
+        models={
+            "speedup": own.models["speedup"],
+            "compile": own.models["compile_mean_s"],
+            "memory_ratio": own.models["memory_ratio"],
+        },
         speedup_spread={
             "gsd": gsd,
             "min": min(speedups) if speedups else None,
             "max": max(speedups) if speedups else None,
         },
         left_out=sum(f.left_out for f in figures.values()),
-        worst=_worst(list(figures.values())),
+        worst=_worst(list(figures.values()), set(() if versus is None else versus.only_here)),
+        versus=versus,
     )
 
 
@@ -334,20 +461,42 @@ def dashboard(results: Path) -> Dashboard:
     ordered = sorted(set(support) | set(perf), key=lambda pair: natural_key(_label(pair)))
     columns: list[Column] = []
     figures: dict[str, dict[str, ModelFigures]] = {}
-    last: dict[str, Column] = {}  # compiler -> its latest column so far
+    last: dict[str, str] = {}  # compiler -> the label of its latest pair so far
     for relpath in ordered:
         label = _label(relpath)
         rows = _latest(support[relpath]) if relpath in support else []
         bench = _latest(perf[relpath], PERF) if relpath in perf else []
         figures[label] = _pair_figures(rows, bench)
-        column = _column(label, figures[label], last.get(_compiler(label)))
-        last[_compiler(label)] = column
-        columns.append(column)
+        before = last.get(_compiler(label))
+        previous = None if before is None else (before, figures[before])
+        columns.append(_column(label, figures[label], previous))
+        last[_compiler(label)] = label
     return Dashboard(tuple(columns), figures)
 
 
+def _in_both(n: int) -> str:
+    return f"over {n} in both"
+
+
+def _change(column: Column, metric: Metric) -> str:
+    """`` (+50.0 pp over 2 in both: 50.0% -> 100.0%)``: a figure's change against the previous
+    pair, over how many models both tested, and the two figures over those models; empty for a
+    compiler's first pair or a figure that no model in both has."""
+    versus, change = column.versus, column.changes[metric.key]
+    if versus is None:
+        return ""
+    if change is None:
+        known = column.metrics[metric.key] is not None and not versus.models[metric.key]
+        return f" ({_in_both(0)})" if known else ""
+    then, now = versus.previous_metrics[metric.key], versus.metrics[metric.key]
+    return (
+        f" ({metric.change(change)} {_in_both(versus.models[metric.key])}: "
+        f"{metric.text(then)} -> {metric.text(now)})"
+    )
+
+
 def _cell(column: Column, metric: Metric) -> str:
-    value, change = column.metrics[metric.key], column.changes[metric.key]
+    value = column.metrics[metric.key]
     text = metric.text(value)
     if metric.key == "speedup" and value is not None:
         gsd = column.speedup_spread["gsd"]
@@ -357,31 +506,68 @@ def _cell(column: Column, metric: Metric) -> str:
         text += f", {column.left_out} left out]" if column.left_out else "]"
     elif metric.key == "speedup" and column.left_out:
         text += f" [{column.left_out} left out]"
-    return f"{text} ({metric.change(change)})" if change is not None else text
+    return text + _change(column, metric)
+
+
+def _count_cell(column: Column, result: Result) -> str:
+    count, change = str(column.counts[result.value]), column.count_changes[result.value]
+    if not change or column.versus is None:
+        return count
+    return f"{count} ({change:+d} {_in_both(column.versus.models['pass_rate'])})"
 
 
 def grid(board: Dashboard) -> Grid:
-    """The dashboard as a table: a line per metric and result, a column per pair."""
+    """The dashboard as a table: a line per metric and result, a column per pair; the models
+    both pairs tested and those tested by one only, counted."""
+    columns = board.columns
+
+    def versus(count: Callable[[Versus], int]) -> tuple[str, ...]:
+        return tuple(NONE if c.versus is None else str(count(c.versus)) for c in columns)
+
     lines: list[tuple[str, ...]] = [
-        ("vs", *(column.previous or NONE for column in board.columns)),
-        ("models tested", *(str(column.tested) for column in board.columns)),
+        ("vs", *(column.previous or NONE for column in columns)),
+        ("models tested", *(str(column.tested) for column in columns)),
+        ("tested in both", *versus(lambda v: v.in_both)),
+        ("tested only in this pair", *versus(lambda v: len(v.only_here))),
+        ("tested only in the previous", *versus(lambda v: len(v.only_previous))),
     ]
     for metric in METRICS:
-        lines.append((metric.name, *(_cell(column, metric) for column in board.columns)))
+        lines.append((metric.name, *(_cell(column, metric) for column in columns)))
         if metric.key == "unchecked":
             for result in Result:
-                cells = []
-                for column in board.columns:
-                    change = column.count_changes[result.value]
-                    count = str(column.counts[result.value])
-                    cells.append(count if not change else f"{count} ({change:+d})")
-                lines.append((result.value, *cells))
-    return Grid("", ("", *(column.pair for column in board.columns)), tuple(lines))
+                lines.append((result.value, *(_count_cell(column, result) for column in columns)))
+    return Grid("", ("", *(column.pair for column in columns)), tuple(lines))
+
+
+def _worst_text(worst: Sequence[Worst]) -> str:
+    return ", ".join(
+        f"{w.model_id} {w.text}" + (f" ({_ONLY_HERE})" if w.only_here else "") for w in worst
+    )
+
+
+def _apart_lines(board: Dashboard) -> list[str]:
+    """The models tested in only one of each pair and its previous one: in no change."""
+    lines: list[str] = []
+    for column in board.columns:
+        versus = column.versus
+        if versus is None or not (versus.only_here or versus.only_previous):
+            continue
+        lines.append(f"{column.pair} vs {versus.previous}")
+        for name, models in (
+            (_ONLY_HERE, versus.only_here),
+            (_ONLY_PREVIOUS, versus.only_previous),
+        ):
+            if models:
+                lines.append(f"  {name} ({len(models)}): {', '.join(models)}")
+    if lines:
+        lines[:0] = ["", "tested in only one of the two pairs (in no change)"]
+    return lines
 
 
 def dashboard_report(results: Path, fmt: str = "text") -> str:
-    """What ``neuronsupport dashboard`` prints: ``text`` (the table, then the worst models of
-    each pair) or ``json`` (a list of the columns)."""
+    """What ``neuronsupport dashboard`` prints: ``text`` (the table, the worst models of each
+    pair, then the models tested in only one of each two pairs compared) or ``json`` (a list of
+    the columns)."""
     board = dashboard(results)
     if fmt == "json":
         return json.dumps([asdict(column) for column in board.columns], indent=2) + "\n"
@@ -394,8 +580,8 @@ def dashboard_report(results: Path, fmt: str = "text") -> str:
         if named:
             lines.append(column.pair)
         for key, worst in named:
-            models = ", ".join(f"{w.model_id} {w.text}" for w in worst)
-            lines.append(f"  {_BY_KEY[key].name}: {models}")
+            lines.append(f"  {_BY_KEY[key].name}: {_worst_text(worst)}")
+    lines += _apart_lines(board)
     return "\n".join(lines) + "\n"
 
 
@@ -447,10 +633,57 @@ def _plot(metric: Metric, board: Dashboard) -> dict[str, Any]:
     }
 
 
+def _page_worst(column: Column, index_of: Mapping[tuple[str, str], int]) -> dict[str, Any]:
+    return {
+        "pair": column.pair,
+        "metrics": [
+            {
+                "name": _BY_KEY[key].name,
+                "models": [
+                    {
+                        "model_id": w.model_id,
+                        "text": w.text,
+                        "only_here": w.only_here,
+                        "index": index_of.get((column.pair, w.model_id)),
+                    }
+                    for w in column.worst[key]
+                ],
+            }
+            for key in _WORST_OF
+            if column.worst[key]
+        ],
+    }
+
+
+def _page_apart(
+    versus: Versus, pair: str, index_of: Mapping[tuple[str, str], int]
+) -> dict[str, Any]:
+    """A pair's models tested in it only and in its previous pair only, each with the index of
+    its row on the page in the pair that tested it."""
+    sides = (
+        (_ONLY_HERE, pair, versus.only_here),
+        (_ONLY_PREVIOUS, versus.previous, versus.only_previous),
+    )
+    return {
+        "pair": pair,
+        "previous": versus.previous,
+        "in_both": versus.in_both,
+        "sides": [
+            {
+                "name": name,
+                "models": [{"model_id": m, "index": index_of.get((where, m))} for m in models],
+            }
+            for name, where, models in sides
+            if models
+        ],
+    }
+
+
 def page_dashboard(board: Dashboard, index_of: Mapping[tuple[str, str], int]) -> dict[str, Any]:
     """The Dashboard tab as the page's template shows it: the table's lines (each metric with
-    its plot across pairs) and each pair's worst models, each with the index of its row on the
-    page (``index_of``: (pair label, model id) → index; None: the page has no such row)."""
+    its plot across pairs), each pair's worst models, and the models tested in only one of each
+    two pairs compared; each model with the index of its row on the page (``index_of``: (pair
+    label, model id) → index; None: the page has no such row)."""
     table = grid(board)
     plotted = {metric.name: _plot(metric, board) for metric in METRICS}
     return {
@@ -459,25 +692,12 @@ def page_dashboard(board: Dashboard, index_of: Mapping[tuple[str, str], int]) ->
             {"cells": line, "plot": plotted.get(line[0]) if len(board.columns) > 1 else None}
             for line in table.cells
         ],
-        "worst": [
-            {
-                "pair": column.pair,
-                "metrics": [
-                    {
-                        "name": _BY_KEY[key].name,
-                        "models": [
-                            {
-                                "model_id": w.model_id,
-                                "text": w.text,
-                                "index": index_of.get((column.pair, w.model_id)),
-                            }
-                            for w in column.worst[key]
-                        ],
-                    }
-                    for key in _WORST_OF
-                    if column.worst[key]
-                ],
-            }
+        "worst": [_page_worst(column, index_of) for column in board.columns],
+        "compared": any(column.versus is not None for column in board.columns),
+        "apart": [
+            _page_apart(column.versus, column.pair, index_of)
             for column in board.columns
+            if column.versus is not None
+            and (column.versus.only_here or column.versus.only_previous)
         ],
     }

@@ -1,7 +1,10 @@
 """``neuronsupport lookup`` and ``diff``: a model's rows over every pair, and two pairs' changes.
 
 Pairs are named as their file under ``<results>/data`` (``inductor-2.13.0/transformers-5.24.0``,
-with or without ``.parquet``, with or without a leading ``data/`` or results folder).
+with or without ``.parquet``, with or without a leading ``data/`` or results folder). Two pairs
+are compared like with like: ``diff`` sets results against each other over the models with a row
+in both, and lists the models of one pair only apart (:func:`split_models`, which the dashboard
+uses too).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,9 @@ from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
 __all__ = [
     "Change",
+    "Diff",
     "PairError",
+    "Split",
     "diff",
     "format_changes",
     "latest_rows",
@@ -33,6 +38,7 @@ __all__ = [
     "natural_key",
     "pairs",
     "resolve_pair",
+    "split_models",
 ]
 
 _PARQUET = ".parquet"
@@ -160,49 +166,110 @@ def lookup(results: Path, model: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Split:
+    """Two pairs' models, set apart: those in both, those only in the first (``a``), those only
+    in the second (``b``); each sorted as the page sorts them (:func:`natural_key`)."""
+
+    both: list[str]
+    only_a: list[str]
+    only_b: list[str]
+
+
+def split_models(a: Iterable[str], b: Iterable[str]) -> Split:
+    """The models of two pairs in both and in one only: what a like-with-like comparison of
+    two pairs is made over (``both``), and what it lists apart."""
+    set_a, set_b = set(a), set(b)
+    return Split(
+        both=sorted(set_a & set_b, key=natural_key),
+        only_a=sorted(set_a - set_b, key=natural_key),
+        only_b=sorted(set_b - set_a, key=natural_key),
+    )
+
+
+@dataclass(frozen=True)
 class Change:
-    """A model whose result differs between two pairs (None: no row in that pair)."""
+    """A model whose result differs between two pairs, or that has a row in only one of them
+    (None: no row in that pair; ``only_in``: ``a`` or ``b`` for such a model, else None)."""
 
     model_id: str
     result_a: str | None
     result_b: str | None
     error_a: str
     error_b: str
+    only_in: str | None = None
 
 
-def diff(results: Path, pair_a: str, pair_b: str) -> list[Change]:
-    """The models whose result differs between two pairs, by model id.
+@dataclass(frozen=True)
+class Diff:
+    """Two pairs compared like with like: the result changes over the models with a row in both
+    (:attr:`in_both` of them), and the models with a row in only one, listed apart."""
+
+    in_both: int
+    changes: list[Change]
+    only_a: list[Change]
+    only_b: list[Change]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every entry as a record: the changes, then the models only in a, then only in b;
+        each with ``only_in`` and ``in_both`` (the models the changes are taken over)."""
+        entries = [*self.changes, *self.only_a, *self.only_b]
+        return [{**asdict(entry), "in_both": self.in_both} for entry in entries]
+
+
+def _change(model_id: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Change:
+    result_a, result_b = (None if r is None else str(r["result"]) for r in (a, b))
+    error_a, error_b = (first_line(own_error((r or {}).get("error")), 200) for r in (a, b))
+    only_in = "a" if b is None else "b" if a is None else None
+    return Change(model_id, result_a, result_b, error_a, error_b, only_in)
+
+
+def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
+    """The models whose result differs between two pairs, over the models with a row in both
+    (an ``EXCLUDED`` row is a row: a change to or from it is a change), by model id; the models
+    with a row in only one pair are listed apart, never as a change.
 
     Raises:
         PairError: a pair that names no data file.
     """
     rows_a = latest_rows(results, resolve_pair(results, pair_a))
     rows_b = latest_rows(results, resolve_pair(results, pair_b))
-    changes = []
-    for model_id in sorted(set(rows_a) | set(rows_b)):
-        a, b = rows_a.get(model_id), rows_b.get(model_id)
-        result_a, result_b = (None if r is None else str(r["result"]) for r in (a, b))
-        if result_a != result_b:
-            errors = (first_line(own_error((r or {}).get("error")), 200) for r in (a, b))
-            changes.append(Change(model_id, result_a, result_b, *errors))
-    return changes
+    split = split_models(rows_a, rows_b)
+    changes = [_change(m, rows_a[m], rows_b[m]) for m in split.both]
+    return Diff(
+        in_both=len(split.both),
+        changes=[c for c in changes if c.result_a != c.result_b],
+        only_a=[_change(m, rows_a[m], None) for m in split.only_a],
+        only_b=[_change(m, None, rows_b[m]) for m in split.only_b],
+    )
 
 
-def format_changes(changes: Sequence[Change], pair_a: str, pair_b: str, fmt: str) -> str:
-    """``text`` (aligned lines), ``csv`` (a header, then one row each) or ``json`` (a list)."""
+_CSV_FIELDS = ("model_id", "result_a", "result_b", "error_a", "error_b", "only_in", "in_both")
+
+
+def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
+    """``text`` (the changes, then the models in one pair only, apart), ``csv`` (a header, then
+    one row each) or ``json`` (a list): both with ``only_in`` (``a``, ``b``, or empty/null for a
+    change) and ``in_both`` on every record."""
     if fmt == "json":
-        return json.dumps([asdict(change) for change in changes], indent=2) + "\n"
+        return json.dumps(found.records(), indent=2) + "\n"
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["model_id", "result_a", "result_b", "error_a", "error_b"])
-        for c in changes:
-            writer.writerow([c.model_id, c.result_a or "", c.result_b or "", c.error_a, c.error_b])
+        writer = csv.DictWriter(out, _CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for record in found.records():
+            writer.writerow({k: "" if v is None else v for k, v in record.items()})
         return out.getvalue()
-    lines = [f"{len(changes)} model(s) differ between {pair_a} (a) and {pair_b} (b)"]
-    for c in changes:
-        lines.append(f"{c.model_id}: {c.result_a or 'no row'} -> {c.result_b or 'no row'}")
+    lines = [
+        f"{len(found.changes)} model(s) differ between {pair_a} (a) and {pair_b} (b), "
+        f"over the {found.in_both} model(s) in both"
+    ]
+    for c in found.changes:
+        lines.append(f"{c.model_id}: {c.result_a} -> {c.result_b}")
         for side, error in (("a", c.error_a), ("b", c.error_b)):
             if error:
                 lines.append(f"  {side}: {error}")
+    for side, only in (("a", found.only_a), ("b", found.only_b)):
+        if only:
+            lines.append(f"{len(only)} model(s) only in {side}, not compared:")
+            lines += [f"  {c.model_id}: {c.result_a or c.result_b}" for c in only]
     return "\n".join(lines) + "\n"
