@@ -31,6 +31,7 @@ __all__ = [
     "COLUMNS",
     "COLUMN_DOCS",
     "DEVICES",
+    "FP64_COLUMNS",
     "PHASE_COLUMNS",
     "RESULT_MEANINGS",
     "RUN_FIELDS",
@@ -63,6 +64,10 @@ STACK_COLUMNS: Final = (
 
 #: The phase times of a support row, in seconds: they add up to ``wall_s`` but for a remainder.
 PHASE_COLUMNS: Final = ("load_s", "compile_s", "generate_s", "forward_s", "reference_s")
+
+#: The output check's numbers against float64: the device's error, the CPU eager run's in the
+#: same dtype (the measured noise), and the largest error that passes (``check.fp64``).
+FP64_COLUMNS: Final = ("fp64_error_device", "fp64_error_eager", "fp64_tolerance")
 
 RUN_FIELDS: Final[tuple[pa.Field, ...]] = (
     # software stack (null where a package is absent)
@@ -125,6 +130,8 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         *(pa.field(name, pa.float64()) for name in PHASE_COLUMNS),
         pa.field("graphs_cached", pa.int32()),
         pa.field("graphs_compiled", pa.int32()),
+        # the output check's numbers against float64 (appended: older files load them null)
+        *(pa.field(name, pa.float64()) for name in FP64_COLUMNS),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -307,6 +314,19 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "Graphs compiled fresh: inductor's FX graph cache misses and bypasses, on Neuron the "
         "NEFFs the run added to the NEFF cache (other runs' at the same time included); 0 "
         "with `graphs_cached` above 0: a warm compile; null where the backend has no cache."
+    ),
+    "fp64_error_device": (
+        "The device's error against the CPU float64 run, `|y - y64| / max(1, |y64|)` (norms "
+        "over what the check compared: a decoder's scores at its `positions`, an encoder's "
+        "whole output); null where float64 did not decide (`check.fp64` says why)."
+    ),
+    "fp64_error_eager": (
+        "The same error of the CPU eager run in the device's dtype: the noise the dtype "
+        "itself makes, which the device is held to."
+    ),
+    "fp64_tolerance": (
+        "The largest `fp64_error_device` that passes: `3 * fp64_error_eager` plus a floor of "
+        "the dtype's epsilon (see the output check in the runners' documentation)."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

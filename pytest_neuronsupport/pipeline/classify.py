@@ -122,6 +122,9 @@ def verdict_fields(verdict: Mapping[str, Any]) -> dict[str, Any]:
     details = dict(verdict.get("check") or {})
     details.update({k: v for k, v in verdict.items() if k not in COLUMNS})
     fields["check"] = json.dumps(details, sort_keys=True, default=str) if details else None
+    if isinstance(numbers := details.get("fp64"), dict):  # float64 decided: its numbers
+        fields.update({f"fp64_{k}": numbers.get(k) for k in ("error_device", "error_eager")})
+        fields["fp64_tolerance"] = numbers.get("tolerance")
     return fields
 
 
@@ -225,6 +228,15 @@ def own_error(error: str | None) -> str | None:
     if found is None:
         return error
     return f"{found['own']} (through {found['wrapper']} {found['backend']})\n{error}"
+
+
+def why_failed(row: Mapping[str, Any]) -> str | None:
+    """What a reader is told of a failed row: its error, the backend's own first
+    (:func:`own_error`); for a FAIL(output), what its check said (how far off, in the check's
+    own terms: ``cpu_match``, or the judge's ``english``)."""
+    if row.get("result") == Result.FAIL_OUTPUT and not row.get("error"):
+        return row.get("cpu_match") or row.get("english")
+    return own_error(row.get("error"))
 
 
 #: What a row that cannot be recorded keeps of itself: not its script's hash, so that the next

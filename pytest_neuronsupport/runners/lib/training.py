@@ -144,7 +144,7 @@ def check(
     exact, eager, got = sides["fp64"], sides["eager"], sides["device"]
     as64 = functools.partial(torch.as_tensor, dtype=torch.float64)  # a float: not through fp32
     judged = {
-        name: held(params["dtype"], *(as64(s[key]) for s in (got, exact, eager)))
+        name: held(params["dtype"], as64(got[key]), as64(exact[key]), as64(eager[key]), False)
         for name, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("params", "delta"))
     }
     if unmeasured := [name for name, (ok, _) in judged.items() if ok is None]:
