@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
-from pytest_neuronsupport.pipeline.classify import own_error
+from pytest_neuronsupport.pipeline.classify import why_failed
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
 if TYPE_CHECKING:
@@ -394,7 +394,7 @@ def compare(
     for model_id in sorted(set(by_model) | set(baseline.expected)):
         expected, row = baseline.expected.get(model_id), by_model.get(model_id)
         actual = None if row is None else str(row["result"])
-        error = "" if row is None else first_line(own_error(row.get("error")), 200)
+        error = "" if row is None else first_line(why_failed(row), 200)
         breaks = None if row is None else row.get("graph_breaks")
         entries.append(
             Entry(

@@ -100,6 +100,7 @@ def test_diff_names_the_models_that_changed_in_each_format(results: Path) -> Non
         "error_a": "",
         "error_b": "RuntimeError: zoo:llama broke",
         "only_in": None,
+        "moved": "",
         "in_both": 3,
     }
     assert [(r["model_id"], r["only_in"]) for r in records[1:]] == [
@@ -178,3 +179,32 @@ def test_lookup_counts_an_unchecked_pass_apart_with_why(tmp_path: Path) -> None:
     assert checked.split()[1] == "PASS" and "unchecked" not in checked
     assert unchecked.split()[1:3] == ["PASS", "unchecked"]
     assert "(judge unavailable) Hi | unchecked" in unchecked
+
+
+def test_diff_says_which_side_of_the_float64_check_moved_for_a_new_output_failure(
+    tmp_path: Path,
+) -> None:
+    """A model that newly fails its output check: its row says how far off it is, and the
+    diff which side moved, the device's error or the reference's noise (a new dtype or
+    library): by more than 1.5x either way; one whose numbers stayed says nothing."""
+    said = "N scores at tokens 0-31: error to fp64 0.02, 9.1x eager bfloat16's 0.0022"
+    numbers = dict(fp64_error_device=0.004, fp64_error_eager=0.0022, fp64_tolerance=0.0074)
+    worse = dict(numbers, fp64_error_device=0.02, fp64_tolerance=0.0074)
+    tighter = dict(numbers, fp64_error_eager=1e-7, fp64_tolerance=1.2e-6)
+    rows = [
+        result_row("zoo:device-moved", compiler_version="2.9.0", **numbers),
+        result_row("zoo:device-moved", "FAIL(output)", cpu_match=said, error=None, **worse),
+        result_row("zoo:reference-moved", compiler_version="2.9.0", **numbers),
+        result_row("zoo:reference-moved", "FAIL(output)", cpu_match="N ...", **tighter),
+        result_row("zoo:still", compiler_version="2.9.0", **numbers),
+        result_row("zoo:still", "FAIL(gen)", **numbers),
+    ]
+    found = {c.model_id: c for c in diff(write_results(tmp_path / "r", rows), OLD, NEW).changes}
+    assert found["zoo:device-moved"].moved == "the device's error to fp64 grew, 0.004 -> 0.02"
+    assert found["zoo:device-moved"].error_b == said  # the check's words: how far off
+    assert found["zoo:reference-moved"].moved == (
+        "the reference's error to fp64 shrank, 0.0022 -> 1e-07"
+    )
+    assert found["zoo:still"].moved == ""
+    text = format_changes(diff(tmp_path / "r", OLD, NEW), OLD, NEW, "text")
+    assert "  moved: the device's error to fp64 grew, 0.004 -> 0.02" in text.splitlines()

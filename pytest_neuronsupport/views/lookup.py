@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
-from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind
+from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind, why_failed
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -197,6 +197,28 @@ class Change:
     error_a: str
     error_b: str
     only_in: str | None = None
+    #: Which side of the float64 check moved between the two rows (:func:`moved`).
+    moved: str = ""
+
+
+#: A float64 error that changed by more than this factor between two rows has moved.
+MOVED_FACTOR = 1.5
+
+
+def moved(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Which side of the float64 check moved from row ``a`` to row ``b`` of one model: the
+    reference (the CPU eager run's error in the device's dtype, the noise the device is held
+    to: a new dtype, library or reference), the device's error, or both; by more than
+    :data:`MOVED_FACTOR` either way. Empty where a row has no float64 numbers, or neither moved."""
+    said, sides = [], (("fp64_error_eager", "the reference"), ("fp64_error_device", "the device"))
+    for column, side in sides:
+        before, after = a.get(column), b.get(column)
+        if before is None or after is None:
+            return ""
+        if max(before, after) > MOVED_FACTOR * min(before, after):
+            way = "grew" if after > before else "shrank"
+            said.append(f"{side}'s error to fp64 {way}, {before:.3g} -> {after:.3g}")
+    return "; ".join(said)
 
 
 @dataclass(frozen=True)
@@ -218,9 +240,10 @@ class Diff:
 
 def _change(model_id: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Change:
     result_a, result_b = (None if r is None else str(r["result"]) for r in (a, b))
-    error_a, error_b = (first_line(own_error((r or {}).get("error")), 200) for r in (a, b))
+    error_a, error_b = (first_line(why_failed(r or {}), 200) for r in (a, b))
     only_in = "a" if b is None else "b" if a is None else None
-    return Change(model_id, result_a, result_b, error_a, error_b, only_in)
+    shift = moved(a, b) if a is not None and b is not None else ""
+    return Change(model_id, result_a, result_b, error_a, error_b, only_in, shift)
 
 
 def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
@@ -243,7 +266,9 @@ def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
     )
 
 
-_CSV_FIELDS = ("model_id", "result_a", "result_b", "error_a", "error_b", "only_in", "in_both")
+_CSV_FIELDS = (
+    "model_id", "result_a", "result_b", "error_a", "error_b", "only_in", "moved", "in_both"
+)  # fmt: skip
 
 
 def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
@@ -268,6 +293,8 @@ def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
         for side, error in (("a", c.error_a), ("b", c.error_b)):
             if error:
                 lines.append(f"  {side}: {error}")
+        if c.moved:
+            lines.append(f"  moved: {c.moved}")
     for side, only in (("a", found.only_a), ("b", found.only_b)):
         if only:
             lines.append(f"{len(only)} model(s) only in {side}, not compared:")
