@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Final
@@ -108,35 +109,29 @@ def sweep_temps(data_dir: Path) -> None:
 def atomic_write(target: Path, table: pa.Table) -> None:
     """Write ``table`` to ``target`` so that ``target`` is always old-complete or new-complete.
 
-    Call with the target's lock held (:func:`data_lock`). The temp file is hidden
-    (``.<name>.<16 hex digits>.tmp``) and deleted if writing fails.
-    """
+    Call with the target's lock held (:func:`data_lock`)."""
+    replaced(target, lambda temp: pq.write_table(table, str(temp)))
+
+
+def atomic_write_bytes(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so that a reader sees the old file or the new one, never a
+    part. Creates the folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    replaced(target, lambda temp: temp.write_bytes(data))
+
+
+def replaced(target: Path, write: Callable[[Path], object]) -> None:
+    """The crash-safe write, once: ``write`` a hidden temp file beside ``target``
+    (``.<name>.<16 hex digits>.tmp``), fsync it, rename it over ``target``, fsync the folder;
+    the temp file is deleted if any of it fails."""
     temp = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
     try:
-        pq.write_table(table, str(temp))
+        write(temp)
         fd = os.open(temp, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, target)
-    except BaseException:
-        with suppress(OSError):
-            temp.unlink()
-        raise
-    fsync_dir(target.parent)
-
-
-def atomic_write_bytes(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` so that a reader sees the old file or the new one, never a
-    part: a hidden temp file beside it, fsynced, renamed over it. Creates the folder."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp"
-    try:
-        with open(temp, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
         os.replace(temp, target)
     except BaseException:
         with suppress(OSError):
