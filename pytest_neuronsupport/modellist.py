@@ -133,92 +133,105 @@ def check_model_id(model_id: str) -> str | None:
 
 
 def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runners) -> ModelSpec:
+    """One ``[[model]]`` table, validated: a :class:`ModelSpec`, or an error naming the file,
+    the line and the entry."""
     label = f"entry {index}"
-    if not isinstance(raw, dict):
-        raise _fail(source, line, label, "each [[model]] entry must be a table")
-    if "id" in raw and isinstance(raw["id"], str):
+    if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         label = f"entry {index} ({raw['id']!r})"
+    try:
+        _check_values(raw)
+        return ModelSpec(
+            id=raw["id"],
+            source=source,
+            line=line or 0,
+            path=_local_path(raw.get("path"), source),
+            runner=None if raw.get("runner") is None else _runner(raw["runner"], runners),
+            task=raw.get("task"),
+            revision=raw.get("revision"),
+            selection_rank=raw.get("selection_rank"),
+            cores=raw.get("cores"),
+            packages=tuple(sorted(set(raw.get("packages", [])))),
+            exclusion=raw.get("exclusion"),
+            notes=raw.get("notes"),
+            mode=raw.get("mode", "inference"),
+            seq_len=raw.get("seq_len"),
+            **_bench_sizes(raw),
+        )
+    except ValueError as exc:
+        raise _fail(source, line, label, str(exc)) from None
+
+
+def _check_values(raw: Any) -> None:
+    """Raise ValueError saying what is wrong with an entry's keys and plain values."""
+    if not isinstance(raw, dict):
+        raise ValueError("each [[model]] entry must be a table")
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
-        raise _fail(
-            source, line, label, f"unknown key(s) {', '.join(unknown)} (allowed: {sorted(_KEYS)})"
-        )
+        raise ValueError(f"unknown key(s) {', '.join(unknown)} (allowed: {sorted(_KEYS)})")
     if "id" not in raw:
-        raise _fail(source, line, label, "missing 'id'")
+        raise ValueError("missing 'id'")
     for key in ("id", "path", "runner", "task", "revision", "exclusion", "notes"):
         if key in raw and not (isinstance(raw[key], str) and raw[key].strip()):
-            raise _fail(source, line, label, f"'{key}' must be a non-empty string")
+            raise ValueError(f"'{key}' must be a non-empty string")
     if raw.get("mode", "inference") not in MODES:
-        raise _fail(source, line, label, f"'mode' must be one of {MODES}, not {raw['mode']!r}")
+        raise ValueError(f"'mode' must be one of {MODES}, not {raw['mode']!r}")
     for key in ("selection_rank", "cores", "seq_len"):
         value = raw.get(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            raise _fail(source, line, label, f"'{key}' must be a positive integer")
-    bench: dict[str, Any] = {}
-    try:
-        for key in ("bench_batch", "bench_seq_len", "bench_io"):
-            value = raw.get(key)
-            if value is not None and not (isinstance(value, list) and value):
-                raise ValueError(f"'{key}' must be a non-empty list")
-            if value is not None:
-                text = ",".join(str(v) for v in value if not isinstance(v, bool))
-                if key == "bench_io":
-                    bench[key] = parse_io(text)
-                else:
-                    bench[key] = parse_sizes(text) if all(isinstance(v, int) for v in value) else ()
-                if not bench[key] or len(bench[key]) != len(value):
-                    raise ValueError(f"'{key}' = {value!r}: not a list of positive sizes")
-    except ValueError as exc:
-        raise _fail(source, line, label, str(exc)) from None
-    model_id: str = raw["id"]
-    problem = check_model_id(model_id)
+            raise ValueError(f"'{key}' must be a positive integer")
+    problem = check_model_id(raw["id"])
     if problem:
-        raise _fail(source, line, label, problem)
-    runner = raw.get("runner")
-    if runner is not None:
-        try:
-            runner = runners.get(runner).name
-        except KeyError as exc:
-            raise _fail(source, line, label, str(exc.args[0])) from None
-    path = raw.get("path")
-    if path is not None and not path.startswith(PACKAGE_PREFIX):
-        resolved = (source.parent / path).resolve()
-        if not resolved.is_dir():
-            raise _fail(source, line, label, f"path {path!r} is not a directory ({resolved})")
-        path = str(resolved)
+        raise ValueError(problem)
     cores = raw.get("cores")
     if cores is not None and cores & (cores - 1):
-        raise _fail(source, line, label, f"'cores' must be a power of two, not {cores}")
+        raise ValueError(f"'cores' must be a power of two, not {cores}")
     packages = raw.get("packages", [])
     if not isinstance(packages, list) or not all(
         isinstance(p, str) and _PACKAGE.fullmatch(p) for p in packages
     ):
-        raise _fail(
-            source,
-            line,
-            label,
+        raise ValueError(
             "'packages' must be a list of package names, each with an optional version "
-            f'(like "sentencepiece" or "tiktoken>=0.7"), not {packages!r}',
+            f'(like "sentencepiece" or "tiktoken>=0.7"), not {packages!r}'
         )
-    return ModelSpec(
-        id=model_id,
-        source=source,
-        line=line or 0,
-        path=path,
-        runner=runner,
-        task=raw.get("task"),
-        revision=raw.get("revision"),
-        selection_rank=raw.get("selection_rank"),
-        cores=cores,
-        packages=tuple(sorted(set(packages))),
-        exclusion=raw.get("exclusion"),
-        notes=raw.get("notes"),
-        mode=raw.get("mode", "inference"),
-        seq_len=raw.get("seq_len"),
-        **bench,
-    )
+
+
+def _bench_sizes(raw: dict[str, Any]) -> dict[str, Any]:
+    """The entry's own benchmark sizes (``bench_batch``, ``bench_seq_len``, ``bench_io``)."""
+    bench: dict[str, Any] = {}
+    for key in ("bench_batch", "bench_seq_len", "bench_io"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, list) and value):
+            raise ValueError(f"'{key}' must be a non-empty list")
+        text = ",".join(str(v) for v in value if not isinstance(v, bool))
+        if key == "bench_io":
+            bench[key] = parse_io(text)
+        else:
+            bench[key] = parse_sizes(text) if all(isinstance(v, int) for v in value) else ()
+        if not bench[key] or len(bench[key]) != len(value):
+            raise ValueError(f"'{key}' = {value!r}: not a list of positive sizes")
+    return bench
+
+
+def _runner(name: str, runners: Runners) -> str:
+    try:
+        return runners.get(name).name
+    except KeyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+
+
+def _local_path(path: str | None, source: Path) -> str | None:
+    """A local ``path``, resolved against the list's folder: a checkpoint folder, or a GGUF
+    file (:mod:`~pytest_neuronsupport.pipeline.gguf`); a ``package:`` path as it is."""
+    if path is None or path.startswith(PACKAGE_PREFIX):
+        return path
+    resolved = (source.parent / path).resolve()
+    if not (resolved.is_dir() or (resolved.suffix == ".gguf" and resolved.is_file())):
+        raise ValueError(f"path {path!r} is not a directory nor a .gguf file ({resolved})")
+    return str(resolved)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

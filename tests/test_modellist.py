@@ -136,7 +136,7 @@ def test_runner_column_uses_the_dataset_cards_spelling() -> None:
             "'selection_rank' must be a positive integer",
         ),
         ('[[model]]\nid = "a/b"\ncores = 3\n', "'cores' must be a power of two"),
-        ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory"),
+        ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory nor a .gguf file"),
         ('[[model]]\nid = "a/b"\npackages = "sentencepiece"\n', "'packages' must be a list"),
         (
             '[[model]]\nid = "a/b"\npackages = ["--index-url=http://evil"]\n',
@@ -230,3 +230,14 @@ def test_a_list_outside_the_rootdir_names_its_file_in_the_node_ids(
     tiny = (bundled_dir() / "tiny.toml").resolve().as_posix()
     result.stdout.fnmatch_lines([f"{tiny}::zoo:llama"])
     assert not [line for line in result.outlines if line.startswith("::")]
+
+
+def test_a_path_names_a_checkpoint_folder_or_a_gguf_file(tmp_path: Path) -> None:
+    """A GGUF file (dequantized into the cache when planned) is a path as a folder is; any
+    other file is refused, naming the entry."""
+    (tmp_path / "weights.gguf").write_bytes(b"GGUF")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    (spec,) = parse(write(tmp_path, '[[model]]\nid = "a/b"\npath = "weights.gguf"\n'))
+    assert spec.path == str(tmp_path / "weights.gguf")
+    with pytest.raises(ModelListError, match=r"models.toml:1: entry 1 \('a/b'\): path 'weights"):
+        parse(write(tmp_path, '[[model]]\nid = "a/b"\npath = "weights.bin"\n'))

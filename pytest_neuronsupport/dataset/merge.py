@@ -183,104 +183,140 @@ def merge_journals(
     is a failed upgrade. When the files already agree this costs one schema read per file.
     """
     results_dir = Path(results_dir)
-    journals = journal_dir(results_dir)
-    data_dir = results_dir / SUPPORT.folder
     report = MergeReport()
-
-    paths: dict[str, Path] = {}  # absolute path → path as found or given
-    if journals.is_dir():
-        for path in sorted(journals.glob("*.jsonl")):
-            if path.name[0] != ".":
-                paths.setdefault(os.path.abspath(path), path)
-    for path in include:
-        paths.setdefault(os.path.abspath(path), Path(path))
-
     candidates: list[_Candidate] = []
     try:
-        for path in paths.values():
-            journal_lock = file_lock(path.with_suffix(".lock"), timeout=0)
-            lock: filelock.BaseFileLock | None = journal_lock
-            try:
-                journal_lock.acquire()
-            except filelock.Timeout:
-                report.journals_live.append(path)
-                if skip_live:
-                    continue
-                lock = None
-            if not path.exists():  # merged and deleted by someone else meanwhile
-                if lock is not None:
-                    lock.release()
-                continue
-            try:
-                content = parse_journal(path)
-            except Exception as exc:  # unreadable journal: leave it where it is
-                report.problems.append(f"{path}: cannot read journal: {exc}")
-                report.journals_kept.append(path)
-                if lock is not None:
-                    lock.release()
-                continue
-            report.problems.extend(content.problems)
-            candidates.append(_Candidate(path, lock, content, keep=content.corrupt))
-        candidates.sort(key=lambda candidate: _journal_order(candidate.path))
-
-        # (table, pair) → key → (row, candidate); then which candidates feed each pair
-        winners: dict[tuple[str, str], dict[Any, tuple[dict[str, Any], _Candidate]]] = {}
-        feeders: dict[tuple[str, str], list[_Candidate]] = {}
-        for candidate in candidates:
-            last: dict[tuple[str, str], dict[Any, dict[str, Any]]] = {}
-            content = candidate.content
-            tables = content.tables or [SUPPORT] * len(content.entries)
-            for (pair, row), table in zip(content.entries, tables, strict=True):
-                last.setdefault((table.name, pair), {})[table.key_of(row)] = row
-            for where, by_key in last.items():
-                feeders.setdefault(where, []).append(candidate)
-                pair_winners = winners.setdefault(where, {})
-                for key, row in by_key.items():
-                    current = pair_winners.get(key)
-                    if current is None or tested_at_key(row["tested_at"]) >= tested_at_key(
-                        current[0]["tested_at"]
-                    ):
-                        pair_winners[key] = (row, candidate)
-
-        sweep_temps(data_dir)
-        for name in {name for name, _ in winners} - {SUPPORT.name}:
-            sweep_temps(results_dir / TABLES[name].folder)
-        for where in sorted(winners):
-            table = TABLES[where[0]]
-            target = results_dir / table.folder / where[1]
-            rows = [row for row, _ in winners[where].values()]
-            try:
-                count = _apply_rows(target, rows, table)
-            except UnreadableResultsError as exc:
-                report.unreadable.append((target, exc.reason))
-                for candidate in feeders[where]:
-                    candidate.keep = True
-                continue
-            except Exception as exc:  # keep the journals: nothing may be lost
-                report.problems.append(f"{target}: merge failed: {type(exc).__name__}: {exc}")
-                for candidate in feeders[where]:
-                    candidate.keep = True
-                continue
-            if count:
-                report.written[target] = count
-
-        for candidate in candidates:
-            if candidate.lock is None:
-                continue  # live: rows merged, file left to its writer
-            if candidate.keep:
-                report.journals_kept.append(candidate.path)
-                continue
-            candidate.path.unlink(missing_ok=True)
-            fsync_dir(candidate.path.parent)
-            with suppress(OSError):
-                candidate.path.with_suffix(".lock").unlink()
-            report.journals_merged.append(candidate.path)
+        _take(_journal_paths(results_dir, include), report, skip_live, candidates)
+        winners, feeders = _winners(candidates)
+        _write_pairs(results_dir, winners, feeders, report)
+        _retire(candidates, report)
     finally:
         for candidate in candidates:
             if candidate.lock is not None and candidate.lock.is_locked:
                 candidate.lock.release()
     _upgrade(results_dir, report)
     return report
+
+
+#: Where each (table, pair) stands: its rows' keys → (the winning row, the journal it is from).
+Winners = dict[tuple[str, str], dict[Any, tuple[dict[str, Any], _Candidate]]]
+#: The journals that hold rows of each (table, pair).
+Feeders = dict[tuple[str, str], list[_Candidate]]
+
+
+def _journal_paths(results_dir: Path, include: Iterable[Path]) -> list[Path]:
+    """Every journal of the results, then the paths of ``include`` (each once)."""
+    paths: dict[str, Path] = {}  # absolute path → path as found or given
+    journals = journal_dir(results_dir)
+    if journals.is_dir():
+        for path in sorted(journals.glob("*.jsonl")):
+            if path.name[0] != ".":
+                paths.setdefault(os.path.abspath(path), path)
+    for path in include:
+        paths.setdefault(os.path.abspath(path), Path(path))
+    return list(paths.values())
+
+
+def _take(
+    paths: list[Path], report: MergeReport, skip_live: bool, candidates: list[_Candidate]
+) -> None:
+    """Into ``candidates`` (as each is taken: the caller releases the locks whatever happens),
+    the journals to merge, each parsed and held by its lock (a live one, whose lock is held,
+    skipped, or with ``skip_live`` false merged without it); then sorted oldest first."""
+    for path in paths:
+        journal_lock = file_lock(path.with_suffix(".lock"), timeout=0)
+        lock: filelock.BaseFileLock | None = journal_lock
+        try:
+            journal_lock.acquire()
+        except filelock.Timeout:
+            report.journals_live.append(path)
+            if skip_live:
+                continue
+            lock = None
+        if not path.exists():  # merged and deleted by someone else meanwhile
+            if lock is not None:
+                lock.release()
+            continue
+        try:
+            content = parse_journal(path)
+        except Exception as exc:  # unreadable journal: leave it where it is
+            report.problems.append(f"{path}: cannot read journal: {exc}")
+            report.journals_kept.append(path)
+            if lock is not None:
+                lock.release()
+            continue
+        report.problems.extend(content.problems)
+        candidates.append(_Candidate(path, lock, content, keep=content.corrupt))
+    candidates.sort(key=lambda candidate: _journal_order(candidate.path))
+
+
+def _winners(
+    candidates: list[_Candidate],
+) -> tuple[Winners, Feeders]:
+    """Each (table, pair)'s winning rows (within a journal the last line, between journals the
+    later ``tested_at``), and the journals that feed each (table, pair)."""
+    winners: Winners = {}
+    feeders: Feeders = {}
+    for candidate in candidates:
+        last: dict[tuple[str, str], dict[Any, dict[str, Any]]] = {}
+        content = candidate.content
+        tables = content.tables or [SUPPORT] * len(content.entries)
+        for (pair, row), table in zip(content.entries, tables, strict=True):
+            last.setdefault((table.name, pair), {})[table.key_of(row)] = row
+        for where, by_key in last.items():
+            feeders.setdefault(where, []).append(candidate)
+            pair_winners = winners.setdefault(where, {})
+            for key, row in by_key.items():
+                current = pair_winners.get(key)
+                if current is None or tested_at_key(row["tested_at"]) >= tested_at_key(
+                    current[0]["tested_at"]
+                ):
+                    pair_winners[key] = (row, candidate)
+    return winners, feeders
+
+
+def _write_pairs(
+    results_dir: Path,
+    winners: Winners,
+    feeders: Feeders,
+    report: MergeReport,
+) -> None:
+    """Each (table, pair)'s winning rows into its parquet file; a file that cannot be read or
+    written keeps every journal that feeds it."""
+    sweep_temps(results_dir / SUPPORT.folder)
+    for name in {name for name, _ in winners} - {SUPPORT.name}:
+        sweep_temps(results_dir / TABLES[name].folder)
+    for where in sorted(winners):
+        table = TABLES[where[0]]
+        target = results_dir / table.folder / where[1]
+        rows = [row for row, _ in winners[where].values()]
+        try:
+            count = _apply_rows(target, rows, table)
+        except Exception as exc:  # keep the journals: nothing may be lost
+            if isinstance(exc, UnreadableResultsError):
+                report.unreadable.append((target, exc.reason))
+            else:
+                report.problems.append(f"{target}: merge failed: {type(exc).__name__}: {exc}")
+            for candidate in feeders[where]:
+                candidate.keep = True
+            continue
+        if count:
+            report.written[target] = count
+
+
+def _retire(candidates: list[_Candidate], report: MergeReport) -> None:
+    """Delete each journal merged whole (with its lock file); keep the others."""
+    for candidate in candidates:
+        if candidate.lock is None:
+            continue  # live: rows merged, file left to its writer
+        if candidate.keep:
+            report.journals_kept.append(candidate.path)
+            continue
+        candidate.path.unlink(missing_ok=True)
+        fsync_dir(candidate.path.parent)
+        with suppress(OSError):
+            candidate.path.with_suffix(".lock").unlink()
+        report.journals_merged.append(candidate.path)
 
 
 def _upgrade(results_dir: Path, report: MergeReport) -> None:
