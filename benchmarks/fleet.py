@@ -37,11 +37,13 @@ of the plugin has: ``-- --neuron-order list``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
 import random
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -353,6 +355,22 @@ def figures(
     busy = in_phase.get("compile", 0.0) + in_phase.get("device", 0.0)
     idle_parts = {p: v / leased for p, v in in_phase.items() if p not in ("compile", "device")}
     idle_parts["the sweep's own (outside the run's phases)"] = 1 - sum(in_phase.values()) / leased
+    # the sweep's own time, in real seconds: inside each lease (before and after its run's
+    # phases), and between a worker's leases (plan, script, waiting for cores, the report)
+    own = {
+        t: lz["end"] - lz["start"] - sum(e["end"] - e["start"] for e in mine[t])
+        for t, lz in held.items()
+    }
+    own_core_s = sum(held[t]["count"] * v for t, v in own.items())
+    unscaled = leased - own_core_s + own_core_s / scale  # the sweep's own time at real speed
+    by_worker: dict[int, list[dict[str, Any]]] = {}
+    for lz in held.values():
+        by_worker.setdefault(min(lz["pids"]), []).append(lz)  # the worker: its oldest holder
+    gaps = [
+        b["start"] - a["end"]
+        for ordered in (sorted(v, key=lambda lz: lz["start"]) for v in by_worker.values())
+        for a, b in itertools.pairwise(ordered)
+    ]
     last = max(held, key=lambda t: held[t]["end"])
     end = held[last]["end"]
     peak, at = peak_host(events)
@@ -379,6 +397,9 @@ def figures(
         "peak_host_holders": [
             f"{e['model']} {e['phase']} {e['host_bytes'] / GB:.0f} GB" for e in holders[:4]
         ],
+        "own_in_lease_ms": 1000 * statistics.median(own.values()),
+        "own_between_leases_ms": 1000 * statistics.median(gaps) if gaps else 0.0,
+        "idle_own_unscaled": 1 - busy / unscaled,
         "runs": len(mine),
         "leases_without_a_run": sum(1 for t, lz in leases.items() if t not in mine),
         "workers_bound_s": sum(m.busy_s for m in run) / workers,
@@ -613,6 +634,12 @@ def report(
         f"leased but idle: {found['idle']:.1%} of {found['leased_core_s'] / h:.0f} leased "
         f"core-h (target < 3%): {parts}"
     )
+    print(
+        f"  the sweep's own time, real: {found['own_in_lease_ms']:.0f} ms inside a lease and "
+        f"{found['own_between_leases_ms']:.0f} ms between a worker's leases (medians), each "
+        f"{args.scale:g} times that simulated; at real speed leased-idle would be "
+        f"{found['idle_own_unscaled']:.1%}"
+    )
     host, peak = args.host_tib * TIB, found["peak_host_bytes"]
     verdict = "overcommitted" if peak > host else "within it"
     print(
@@ -621,7 +648,7 @@ def report(
     )
     print(
         f"  runs counted: {found['runs']}; leases without a run's phases: "
-        f"{found['leases_without_a_run']} (the warm-ups)"
+        f"{found['leases_without_a_run']} (the warm-ups; runs stopped before a phase)"
     )
     print(json.dumps({"args": vars(args) | {"keep": str(args.keep)}, **found}, default=str))
 

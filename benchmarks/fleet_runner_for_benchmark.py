@@ -15,6 +15,7 @@ where the plugin runs a phase (prefetch, a reference off the lease) moves this o
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -32,6 +33,8 @@ from pytest_neuronsupport.runners.lib.reference import cached_reference
 EVENTS_ENV = "FLEET_EVENTS_FOR_BENCHMARK"
 #: The key of a checkpoint's ``config.json`` that holds its fleet plan.
 PLAN_KEY = "fleet_for_benchmark"
+#: The file of the simulated host memory in use (bytes), in the events folder.
+HOST_IN_USE = "host_in_use"
 #: The checkpoint's weights, which ``from_pretrained`` would download.
 WEIGHTS = "model.safetensors"
 
@@ -85,11 +88,16 @@ def fleet_plan(params: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def held(params: dict[str, Any], name: str, host: int) -> Iterator[None]:
-    """A phase of the replay, appended to the events file when it ends: its model, cores, the
-    host memory it holds (bytes), when it began and ended (``time.time()``)."""
+    """A phase of the replay: the host memory it holds (bytes) counted in use while it runs,
+    and the phase appended to the events file when it ends (its model, cores, memory, when it
+    began and ended: ``time.time()``)."""
     event = {"model": params["model_id"], "phase": name, "cores": params["cores"]}
     event.update(host_bytes=int(host), pid=os.getpid(), ppid=os.getppid(), start=time.time())
-    yield
+    in_use(int(host))
+    try:
+        yield
+    finally:
+        in_use(-int(host))
     event["end"] = time.time()
     line = (json.dumps(event) + "\n").encode()
     path = os.path.join(os.environ[EVENTS_ENV], "events.jsonl")
@@ -98,6 +106,29 @@ def held(params: dict[str, Any], name: str, host: int) -> Iterator[None]:
         os.write(fd, line)  # one short write in append mode: never interleaved with another
     finally:
         os.close(fd)
+
+
+def in_use(change: int) -> None:
+    """Add ``change`` bytes to the simulated host memory in use (``HOST_IN_USE``, replaced
+    whole under a lock: a reader never sees half of it), which the stand-in host answers from."""
+    if not change:
+        return
+    folder = os.environ[EVENTS_ENV]
+    path = os.path.join(folder, HOST_IN_USE)
+    fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with open(path, encoding="ascii") as f:
+                held_now = int(f.read() or 0)
+        except FileNotFoundError:
+            held_now = 0
+        part = f"{path}.{os.getpid()}"
+        with open(part, "w", encoding="ascii") as f:
+            f.write(str(held_now + change))
+        os.replace(part, path)
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 def warm_up(plan: dict[str, Any]) -> dict[str, Any]:
