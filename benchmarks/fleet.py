@@ -1,0 +1,657 @@
+"""A fleet on a simulated trn2.48xlarge: how well a sweep uses the device's cores.
+
+    python benchmarks/fleet.py [--models 1000] [--cores 64] [--workers 16] [--scale 20]
+                               [--bandwidth 0.5] [--keep DIR] [-- PYTEST ARGS...]
+
+N models (default 1000) whose sizes follow those of popular Hub text-generation and encoder
+models (:data:`BUCKETS`, with their source) go through the real sweep: the real collection of
+a generated list, real xdist workers (``-n``), the real plan and sizing (each checkpoint's
+config is built on the meta device), the real core allocator over its lock file, real
+isolation (each run forked from the workers' fork servers, several-core runs launching their
+ranks). What is simulated is the device and the models:
+
+* a loopback Hub (the project's MiniHub) serves each model's ``config.json`` and a
+  ``model.safetensors`` that holds only a header; a GET of the weights answers after the time
+  the checkpoint takes to download at ``--bandwidth`` (scaled down), so a download is wherever
+  the plugin makes it happen (today: inside the run, on the lease);
+* a stand-in runner (``fleet_runner_for_benchmark.py``) sleeps the compile, the device's run
+  and the CPU reference of the fleet's phase model (:func:`phases`), each divided by
+  ``--scale``, and appends each phase to an events file with the simulated host memory it holds;
+* a stand-in device (``fleet_plugin_for_benchmark.py``): the CPU device with 64 cores of 24 GB
+  and a host of 2 TiB.
+
+It prints, in simulated seconds (real seconds x ``--scale``), the makespan against its lower
+bound (device work: the core-seconds of compiles and device runs / the cores, or the longest
+model's device work if larger), the fraction of the leased core time in which the model did
+no device work (downloads, references and the sweep's own work between a lease and its run),
+and the peak host memory the phases in progress hold against the host's 2 TiB.
+
+The clock starts when every worker has run a warm-up entry (the first of each worker's queue:
+its imports, its fork server), so that the workers' start on this 2-core machine (minutes of
+imports, which at ``--scale 20`` would be hours simulated) is not in the figure; on the real
+host it takes seconds of a sweep of hours. Leases are read from the allocator's file every
+``--poll-ms``. Arguments after ``--`` go to pytest (options of features that not every version
+of the plugin has: ``-- --neuron-order list``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_neuronsupport.minihub import MiniHub
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+GB = 1e9
+TIB = 1024**4
+
+# --- the fleet --------------------------------------------------------------------------------
+
+#: The fleet's sizes: ``(share of the list, smallest, largest parameters, kind)``, log-uniform
+#: within each bucket. The kinds follow the sweep's list (SPEC.md: the top text-generation and
+#: image-text-to-text models, then translation and summarization, then the eight text-encoder
+#: tasks, down to rank 1000 of each): 45% decoders, 10% encoder-decoders, 45% encoders. The
+#: buckets are derived from the sizes of the popular models named beside them (their model
+#: cards), no public table of the Hub's parameter counts by rank being reachable from here;
+#: the download-weighted shares of lbourdois, "Which models are downloaded most on the Hugging
+#: Face Hub?" (Hugging Face community blog, October 2025: among the 50 most downloaded
+#: entities, 40.2% of downloads are of models under 100M parameters, 69.8% under 200M, 86.3%
+#: under 500M, 92.5% under 1B) are printed beside the fleet's own (counted by model, so it has
+#: more large models than downloads do).
+BUCKETS: tuple[tuple[float, float, float, str], ...] = (
+    # all-MiniLM-L6-v2 22.7M, e5-small 33M, DistilBERT 66M
+    (0.45 * 0.35, 15e6, 70e6, "encoder"),
+    # BERT-base 110M, RoBERTa-base 125M, all-mpnet-base-v2 109M, DeBERTa-v3-base 184M
+    (0.45 * 0.40, 70e6, 150e6, "encoder"),
+    # RoBERTa-large 355M, bge-large 335M, DeBERTa-v3-large 435M, XLM-R-large 560M, bge-m3 568M
+    (0.45 * 0.22, 150e6, 600e6, "encoder"),
+    # Qwen3-Embedding-0.6B/4B/8B, gte-Qwen2-7B, e5-mistral-7b
+    (0.45 * 0.03, 0.6e9, 8e9, "encoder"),
+    # t5-small 60M, opus-mt 75M, bart-base 140M, t5-base 220M
+    (0.10 * 0.60, 60e6, 250e6, "seq2seq"),
+    # bart-large 406M, mbart-large 610M, nllb-200-distilled-600M, flan-t5-large 783M
+    (0.10 * 0.32, 250e6, 1.2e9, "seq2seq"),
+    # flan-t5-xl 2.85B, nllb-200-3.3B, flan-t5-xxl 11.3B
+    (0.10 * 0.08, 1.2e9, 11.5e9, "seq2seq"),
+    # gpt2 124M, SmolLM2-135M/360M, Qwen2.5-0.5B, Qwen3-0.6B
+    (0.45 * 0.25, 0.1e9, 1e9, "decoder"),
+    # Llama-3.2-1B/3B, Qwen2.5-1.5B/3B, Qwen3-1.7B/4B, gemma-3-1b, Phi-3-mini 3.8B
+    (0.45 * 0.30, 1e9, 4e9, "decoder"),
+    # Mistral-7B, Qwen2.5-7B, Llama-3.1-8B, Qwen3-8B, gemma-2-9b, Qwen2.5-VL-7B
+    (0.45 * 0.27, 4e9, 10e9, "decoder"),
+    # gemma-3-12b/27b, Qwen3-14B/32B, gpt-oss-20b, Mistral-Small-24B, Qwen3-30B-A3B
+    (0.45 * 0.13, 10e9, 40e9, "decoder"),
+    # Llama-3.3-70B, Qwen2.5-72B, Llama-4-Scout 109B, gpt-oss-120b, Mixtral-8x22B 141B
+    (0.45 * 0.04, 40e9, 200e9, "decoder"),
+    # Qwen3-235B-A22B, Llama-4-Maverick 400B, DeepSeek-V3 671B: more than 16 cores, excluded
+    (0.45 * 0.01, 200e9, 700e9, "decoder"),
+)
+#: lbourdois (see :data:`BUCKETS`): the share of downloads under each size.
+DOWNLOADED_UNDER = ((100e6, 0.402), (200e6, 0.698), (500e6, 0.863), (1e9, 0.925))
+
+# --- the phase model: a trn2.48xlarge (stated, not measured) ----------------------------------
+
+#: The cores' memory and the most a model gets (the plugin's sizing: the smallest power of two
+#: of 24 GB cores that holds the bf16 weights; encoders and encoder-decoders on one core).
+CORE_GB = 24.0
+MAX_CORES = 16
+#: Bytes a parameter in the files downloaded: decoders ship bf16, most encoders fp32.
+FILE_BYTES = {"decoder": 2, "seq2seq": 4, "encoder": 4}
+#: Compile (neuronx-cc through torch.compile; it holds the cores): a fixed part, and seconds
+#: per GB of bf16 weights on one core (the graph each rank compiles).
+COMPILE_S = {"decoder": 60.0, "seq2seq": 60.0, "encoder": 30.0}
+COMPILE_S_PER_GB_A_CORE = 20.0
+#: The device's run: loading the weights onto the cores (1 GB/s a core), then 32 tokens or one
+#: forward pass.
+LOAD_GB_PER_S_A_CORE = 1.0
+RUN_S = {"decoder": 7.0, "seq2seq": 7.0, "encoder": 2.0}
+#: The CPU reference (fp32 twice, fp64, eager in the run's dtype): measured in issue 38 on a
+#: 2-core machine at 7.0 s and 11.0 s for 0.27 and 0.54 GB of bf16 weights (3 s + 14.8 s a GB);
+#: a trn2.48xlarge's host (192 vCPUs) taken as 5 times faster a GB. An encoder's is one
+#: forward pass in each dtype.
+REFERENCE_S = {"decoder": (3.0, 3.0), "seq2seq": (3.0, 3.0), "encoder": (2.0, 2.0)}
+#: Host memory: a run holds its bf16 weights and 4 GB a core (runtime, compiler); a reference
+#: its fp32 and fp64 copies, six times the bf16 weights (the plugin's own estimate,
+#: ``sizing.host_holds_fp64``), and 2 GB.
+RUN_HOST_GB_A_CORE = 4.0
+REFERENCE_HOST_GB = 2.0
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    kind: str
+    parameters: int
+    #: Cores the plugin's sizing gives it, or None: more than :data:`MAX_CORES` (excluded).
+    cores: int | None
+    download_s: float = 0.0
+    compile_s: float = 0.0
+    device_s: float = 0.0
+    reference_s: float = 0.0
+    run_host_bytes: int = 0
+    reference_host_bytes: int = 0
+
+    @property
+    def bf16_gb(self) -> float:
+        return 2 * self.parameters / GB
+
+    @property
+    def busy_s(self) -> float:
+        """Device work: the compile and the device's run."""
+        return self.compile_s + self.device_s
+
+
+def cores_for(parameters: int, kind: str) -> int | None:
+    """The plugin's sizing rule, for the lower bound (the sweep sizes each model itself)."""
+    cores = 1
+    while cores * CORE_GB * GB < 2 * parameters:
+        cores *= 2
+    if cores > (MAX_CORES if kind == "decoder" else 1):
+        return None
+    return cores
+
+
+def phases(model_id: str, kind: str, parameters: int, bandwidth_gbs: float) -> Model:
+    """A model's phases on a trn2.48xlarge (the constants above)."""
+    cores = cores_for(parameters, kind)
+    if cores is None:
+        return Model(model_id, kind, parameters, None)
+    gb = 2 * parameters / GB
+    fixed, per_gb = REFERENCE_S[kind]
+    return Model(
+        model_id,
+        kind,
+        parameters,
+        cores,
+        download_s=FILE_BYTES[kind] * parameters / GB / bandwidth_gbs,
+        compile_s=COMPILE_S[kind] + COMPILE_S_PER_GB_A_CORE * gb / cores,
+        device_s=gb / cores / LOAD_GB_PER_S_A_CORE + RUN_S[kind],
+        reference_s=fixed + per_gb * gb,
+        run_host_bytes=int((gb + RUN_HOST_GB_A_CORE * cores) * GB),
+        reference_host_bytes=int((6 * gb + REFERENCE_HOST_GB) * GB),
+    )
+
+
+def fleet(count: int, bandwidth_gbs: float, seed: int) -> list[Model]:
+    """``count`` models drawn from :data:`BUCKETS`, in the order of the list."""
+    rng = random.Random(seed)
+    weights = [share for share, *_ in BUCKETS]
+    models = []
+    for i in range(count):
+        _, low, high, kind = rng.choices(BUCKETS, weights)[0]
+        parameters = int(math.exp(rng.uniform(math.log(low), math.log(high))))
+        name = f"fleet/m{i:04d}-{kind}-{size_label(parameters)}"
+        models.append(phases(name, kind, parameters, bandwidth_gbs))
+    return models
+
+
+def size_label(parameters: int) -> str:
+    return f"{parameters / 1e9:.1f}b" if parameters >= 1e9 else f"{parameters / 1e6:.0f}m"
+
+
+# --- the checkpoints and the Hub ----------------------------------------------------------------
+
+#: A stand-in checkpoint's config: a one-layer Llama whose embedding holds the rest of the
+#: parameters, so that the plugin's sizing (the config built on the meta device) counts them.
+HIDDEN = 64
+LAYER_PARAMETERS = 4 * HIDDEN * HIDDEN + 3 * HIDDEN * HIDDEN + 2 * HIDDEN + HIDDEN
+
+
+def config(model: Model, scale: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``config.json`` of a stand-in checkpoint: its size, and its fleet plan for the runner."""
+    vocab = max(1, (model.parameters - LAYER_PARAMETERS) // HIDDEN)
+    plan = {
+        "kind": model.kind,
+        "scale": scale,
+        "compile_s": model.compile_s,
+        "device_s": model.device_s,
+        "reference_s": model.reference_s,
+        "run_host_bytes": model.run_host_bytes,
+        "reference_host_bytes": model.reference_host_bytes,
+        **(extra or {}),
+    }
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": HIDDEN,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": vocab,
+        "tie_word_embeddings": True,
+        "fleet_for_benchmark": plan,
+    }
+
+
+def safetensors_header(parameters: int) -> bytes:
+    """A ``.safetensors`` file of one bf16 tensor of ``parameters`` elements, header only: its
+    size on the Hub is a few bytes; its header says the model's size."""
+    header = {
+        "weight": {"dtype": "BF16", "shape": [parameters], "data_offsets": [0, 2 * parameters]}
+    }
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text
+
+
+class ThrottledHub(MiniHub):
+    """The MiniHub, whose GET of a checkpoint's weights answers after the time the model's
+    files take to download (``waits``: real seconds by repo id)."""
+
+    def __init__(self, waits: dict[str, float]) -> None:
+        super().__init__()
+        self.waits = waits
+
+    def _record(self, method: str, path: str, headers: dict[str, str]) -> None:
+        super()._record(method, path, headers)
+        if method == "GET" and "/resolve/" in path and path.endswith(".safetensors"):
+            time.sleep(self.waits.get(path.split("/resolve/")[0].strip("/"), 0.0))
+
+
+# --- the leases, read while the sweep runs ------------------------------------------------------
+
+
+class LeaseWatch(threading.Thread):
+    """Reads the allocator's file every ``poll_s``: each lease's cores, holders, and when it was
+    first seen and first missing (each late by up to ``poll_s``; a lease's duration is not)."""
+
+    def __init__(self, path: Path, poll_s: float) -> None:
+        super().__init__(daemon=True)
+        self.path, self.poll_s = path, poll_s
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            now = time.time()
+            try:
+                live = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                live = None  # not yet written, or replaced under us: the next read
+            if live is not None:
+                tokens = set()
+                for lease in live:
+                    tokens.add(lease["token"])
+                    known = self.seen.setdefault(lease["token"], {"start": now, "end": None})
+                    known.update(
+                        count=lease["count"], pids=set(lease["pids"]) | known.get("pids", set())
+                    )
+                for token, known in self.seen.items():
+                    if known["end"] is None and token not in tokens:
+                        known["end"] = now
+            time.sleep(self.poll_s)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+        now = time.time()
+        for known in self.seen.values():
+            known["end"] = known["end"] or now
+
+
+# --- the figures ------------------------------------------------------------------------------
+
+
+def peak_host(events: list[dict[str, Any]]) -> tuple[int, float]:
+    """The most host memory the phases in progress held at once, and when."""
+    steps = sorted(
+        [(e["start"], e["host_bytes"]) for e in events]
+        + [(e["end"], -e["host_bytes"]) for e in events],
+        key=lambda step: (step[0], step[1]),  # a phase that ends frees before one starts
+    )
+    held, peak, when = 0, 0, 0.0
+    for at, change in steps:
+        held += change
+        if held > peak:
+            peak, when = held, at
+    return peak, when
+
+
+def figures(
+    models: list[Model],
+    events: list[dict[str, Any]],
+    leases: dict[str, dict[str, Any]],
+    t0: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The benchmark's figures, in simulated seconds (real ones x ``args.scale``)."""
+    scale, cores, workers = args.scale, args.cores, max(1, args.workers)
+    run = [m for m in models if m.cores is not None]
+    busy_core_s = sum(m.cores * m.busy_s for m in run if m.cores)
+    longest = max((m.busy_s for m in run), default=0.0)
+    by_pid: dict[int, list[dict[str, Any]]] = {}  # a run's events, by its pid or its parent's
+    for event in events:  # (a rank's parent is the run, which holds the lease)
+        by_pid.setdefault(event["pid"], []).append(event)
+        if event["ppid"] != event["pid"]:
+            by_pid.setdefault(event["ppid"], []).append(event)
+    mine: dict[str, list[dict[str, Any]]] = {}  # lease token -> the events of its run
+    for token, lease in leases.items():
+        found = {id(e): e for pid in lease.get("pids", ()) for e in by_pid.get(pid, [])}
+        if found:
+            mine[token] = list(found.values())
+    held = {t: leases[t] for t in mine}
+    leased = sum(lz["count"] * (lz["end"] - lz["start"]) for lz in held.values())
+    in_phase: dict[str, float] = {}
+    for token, found in mine.items():
+        for e in found:
+            spent = held[token]["count"] * (e["end"] - e["start"])
+            in_phase[e["phase"]] = in_phase.get(e["phase"], 0.0) + spent
+    busy = in_phase.get("compile", 0.0) + in_phase.get("device", 0.0)
+    idle_parts = {p: v / leased for p, v in in_phase.items() if p not in ("compile", "device")}
+    idle_parts["the sweep's own (outside the run's phases)"] = 1 - sum(in_phase.values()) / leased
+    # the sweep's own time, in real seconds: inside each lease (before and after its run's
+    # phases), and between a worker's leases (plan, script, waiting for cores, the report)
+    own = {
+        t: lz["end"] - lz["start"] - sum(e["end"] - e["start"] for e in mine[t])
+        for t, lz in held.items()
+    }
+    own_core_s = sum(held[t]["count"] * v for t, v in own.items())
+    unscaled = leased - own_core_s + own_core_s / scale  # the sweep's own time at real speed
+    by_worker: dict[int, list[dict[str, Any]]] = {}
+    for lz in held.values():
+        by_worker.setdefault(min(lz["pids"]), []).append(lz)  # the worker: its oldest holder
+    gaps = [
+        b["start"] - a["end"]
+        for ordered in (sorted(v, key=lambda lz: lz["start"]) for v in by_worker.values())
+        for a, b in itertools.pairwise(ordered)
+    ]
+    last = max(held, key=lambda t: held[t]["end"])
+    end = held[last]["end"]
+    peak, at = peak_host(events)
+    holders = sorted(
+        (e for e in events if e["start"] <= at < e["end"]), key=lambda e: -e["host_bytes"]
+    )
+    return {
+        "makespan_s": (end - t0) * scale,
+        "bound_s": max(busy_core_s / cores, longest),
+        "busy_core_s": busy_core_s,
+        "longest_s": longest,
+        "leased_core_s": leased * scale,
+        "idle": 1 - busy / leased,
+        "idle_parts": idle_parts,
+        "mean_cores_leased": leased / (end - t0),
+        "last": {
+            "model": mine[last][0]["model"],
+            "cores": held[last]["count"],
+            "leased_at_s": (held[last]["start"] - t0) * scale,
+            "held_s": (end - held[last]["start"]) * scale,
+        },
+        "peak_host_bytes": peak,
+        "peak_host_at_s": (at - t0) * scale,
+        "peak_host_holders": [
+            f"{e['model']} {e['phase']} {e['host_bytes'] / GB:.0f} GB" for e in holders[:4]
+        ],
+        "own_in_lease_ms": 1000 * statistics.median(own.values()),
+        "own_between_leases_ms": 1000 * statistics.median(gaps) if gaps else 0.0,
+        "idle_own_unscaled": 1 - busy / unscaled,
+        "runs": len(mine),
+        "leases_without_a_run": sum(1 for t, lz in leases.items() if t not in mine),
+        "workers_bound_s": sum(m.busy_s for m in run) / workers,
+        "workers_bound_today_s": sum(m.download_s + m.busy_s + m.reference_s for m in run)
+        / workers,
+    }
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+
+def warmup_places(total: int, workers: int) -> list[int]:
+    """Where in a list of ``total`` entries the warm-ups go so that each worker's queue starts
+    with one: pytest-xdist's ``load`` scheduling (3.x) hands each worker, in turn, a chunk of
+    consecutive entries (a quarter of its share, at least 2), or the entries one by one round
+    the workers when there are fewer than two a worker."""
+    if workers <= 1:
+        return [0]
+    if total < 2 * workers:
+        return list(range(workers))
+    chunk = max(total // workers // 4, 2)
+    return [k * chunk for k in range(workers)]
+
+
+def model_list(models: list[Model], warmups: list[str]) -> str:
+    """The list: the fleet's models in order, each worker's warm-up first in its queue."""
+    places = set(warmup_places(len(models) + len(warmups), len(warmups)))
+    pending, spare = iter(models), iter(warmups)
+    lines = []
+    for place in range(len(models) + len(warmups)):
+        if place in places:
+            lines.append(f'[[model]]\nid = "{next(spare)}"\nrunner = "standin_encoder"\n')
+            continue
+        m = next(pending)
+        runner = "standin_decoder" if m.kind == "decoder" else "standin_encoder"
+        lines.append(f'[[model]]\nid = "{m.id}"\nrunner = "{runner}"\n')
+    return "\n".join(lines)
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--cores", type=int, default=64, help="the simulated device's cores")
+    parser.add_argument("--workers", type=int, default=16, help="xdist workers (-n)")
+    parser.add_argument("--scale", type=float, default=20.0, help="simulated s per real s")
+    parser.add_argument("--bandwidth", type=float, default=0.5, help="GB/s of a download")
+    parser.add_argument("--host-tib", type=float, default=2.0, help="the host's memory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--poll-ms", type=float, default=5.0, help="how often leases are read")
+    parser.add_argument("--keep", type=Path, default=None, help="work folder to keep")
+    parser.add_argument(
+        "--again", type=Path, default=None, help="the figures of a kept work folder, no sweep"
+    )
+    parser.add_argument(
+        "--neuron",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="--neuron-NAME [VALUE] for the sweep where the plugin has that option (a feature "
+        "of a later version: order=list), else skipped, saying so; repeatable",
+    )
+    parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
+    return parser.parse_args(argv)
+
+
+def plugin_options(wanted: list[str]) -> list[str]:
+    """``--neuron-NAME VALUE`` of each ``NAME=VALUE`` the plugin has an option for."""
+    from pytest_neuronsupport.options import BY_NAME
+
+    given = []
+    for item in wanted:
+        name, _, value = item.partition("=")
+        option = BY_NAME.get(name)
+        if option is None:
+            print(f"fleet: this plugin has no --neuron-{name}: not passed", file=sys.stderr)
+            continue
+        given += [f"--neuron-{name}", *([] if option.kind == "flag" else [value])]
+    return given
+
+
+def main() -> None:
+    args = arguments()
+    if args.again is not None:
+        measured = json.loads((args.again / "measured.json").read_text())
+        kept = arguments([])
+        vars(kept).update(measured["args"], keep=args.again)
+        analyse(kept, measured)
+        return
+    work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-fleet-"))
+    warn_of_slow_imports()
+    measured = sweep(args, work)
+    (work / "measured.json").write_text(json.dumps(measured, default=sorted))
+    analyse(args, measured)
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def warn_of_slow_imports() -> None:
+    """A venv installed without bytecode, under ``PYTHONDONTWRITEBYTECODE``, compiles torch's
+    sources in every process that imports it (~20 s of CPU here, each worker and fork server)."""
+    import importlib.util
+
+    found = importlib.util.find_spec("torch")
+    origin = found.origin if found else None
+    if origin and not Path(importlib.util.cache_from_source(origin)).exists():
+        print(
+            "warning: torch has no bytecode; every worker compiles its sources (run "
+            "`python -m compileall -q <venv>/lib/python3.*/site-packages` once)",
+            file=sys.stderr,
+        )
+
+
+def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Serve the fleet, sweep it, and return what was measured (the leases, the clock)."""
+    workers = max(1, args.workers)
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "events").mkdir(parents=True)
+    models = fleet(args.models, args.bandwidth, args.seed)
+    warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
+    hub = ThrottledHub({m.id: m.download_s / args.scale for m in models})
+    for m in [*models, *(phases(w, "encoder", 20_000_000, args.bandwidth) for w in warmups)]:
+        extra = {"kind": "warmup", "workers": workers, "wait_s": 600} if m.id in warmups else None
+        files = {
+            "config.json": json.dumps(config(m, args.scale, extra)).encode(),
+            "model.safetensors": safetensors_header(m.parameters),
+        }
+        hub.add_model(m.id, files=files, pipeline_tag="text-generation")
+    (work / "fleet.toml").write_text(model_list(models, warmups))
+    offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    env = {k: v for k, v in os.environ.items() if k not in offline}
+    with hub:
+        env.update(
+            HF_ENDPOINT=hub.url,
+            HF_HOME=str(work / "hf"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_XET="1",
+            # the Hub answers a download after its time: a 140 GB model's is minutes
+            HF_HUB_DOWNLOAD_TIMEOUT="3600",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")])),
+            FLEET_EVENTS_FOR_BENCHMARK=str(work / "events"),
+            FLEET_CORES_FOR_BENCHMARK=str(args.cores),
+            FLEET_HOST_BYTES_FOR_BENCHMARK=str(int(args.host_tib * TIB)),
+        )
+        command = [
+            *(sys.executable, "-m", "pytest", "--neuron-sweep"),
+            *("--neuron-models", str(work / "fleet.toml")),
+            *("--neuron-device", "cpu", "--neuron-backend", "aot_eager"),
+            *("--neuron-judge", "none", "--neuron-max-cores", str(MAX_CORES)),
+            *("--neuron-timeout", "3600", "--neuron-cache", str(work / "cache")),
+            *("--neuron-results", str(work / "results"), "--neuron-leases", str(work / "leases")),
+            *("-p", "fleet_plugin_for_benchmark", "-p", "no:cacheprovider", "-q"),
+            *(["-n", str(args.workers)] if args.workers else []),
+            *plugin_options(args.neuron),
+            *args.pytest_args,
+        ]
+        watch = LeaseWatch(work / "leases" / "cpu.json", args.poll_ms / 1000)
+        watch.start()
+        started = time.time()
+        with (work / "pytest.log").open("w") as log:
+            done = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wall = time.time() - started
+        watch.stop()
+    tail = (work / "pytest.log").read_text().strip().splitlines()[-3:]
+    if done.returncode not in (0, 1):
+        why = f"the sweep failed ({done.returncode}); see {work / 'pytest.log'}:\n"
+        sys.exit(why + "\n".join(tail))
+    warm_dir = work / "events" / "warm"
+    warm = [p.stat().st_mtime for p in warm_dir.iterdir()] if warm_dir.is_dir() else []
+    return {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "summary": tail[-1],
+        "started": started,
+        "wall_s": wall,
+        "t0": max(warm, default=started),
+        "warm": len(warm),
+        "workers": workers,
+        "leases": watch.seen,
+        "events": (work / "events" / "events.jsonl").read_text(),
+    }
+
+
+def analyse(args: argparse.Namespace, measured: dict[str, Any]) -> None:
+    models = fleet(args.models, args.bandwidth, args.seed)
+    events = [json.loads(line) for line in measured["events"].splitlines()]
+    found = figures(models, events, measured["leases"], measured["t0"], args)
+    report(models, found, args, {**measured, "warm_s": measured["t0"] - measured["started"]})
+
+
+def report(
+    models: list[Model],
+    found: dict[str, Any],
+    args: argparse.Namespace,
+    sweep: dict[str, Any],
+) -> None:
+    """The figures, in hours and shares of the simulated sweep."""
+    run = [m for m in models if m.cores is not None]
+    h = 3600.0
+    print(
+        f"fleet: {len(models)} models ({len(run)} sized to at most {MAX_CORES} cores, "
+        f"{len(models) - len(run)} larger), {args.cores} simulated cores, -n {args.workers}, "
+        f"scale {args.scale:g}, downloads at {args.bandwidth:g} GB/s, seed {args.seed}"
+    )
+    shares = ", ".join(
+        f"<{size_label(int(size))} {sum(m.parameters < size for m in models) / len(models):.0%}"
+        f" (of downloads {share:.0%})"
+        for size, share in DOWNLOADED_UNDER
+    )
+    print(f"  sizes, by model: {shares}")
+    print(
+        f"  sweep: {sweep['summary']}; {sweep['wall_s']:.0f} s real, the clock started "
+        f"{sweep['warm_s']:.0f} s in, when {sweep['warm']}/{sweep['workers']} workers were warm"
+    )
+    ratio = found["makespan_s"] / found["bound_s"]
+    print(
+        f"makespan: {found['makespan_s'] / h:.2f} h, lower bound {found['bound_s'] / h:.2f} h "
+        f"(device work {found['busy_core_s'] / h:.0f} core-h / {args.cores} cores; the longest "
+        f"model's {found['longest_s'] / 60:.0f} min): {ratio:.2f}x (target <= 1.15)"
+    )
+    print(
+        f"  {args.workers} workers, a model at a time each: their device work alone takes "
+        f"{found['workers_bound_s'] / h:.2f} h, with today's phases "
+        f"{found['workers_bound_today_s'] / h:.2f} h; cores leased on average "
+        f"{found['mean_cores_leased']:.1f} of {args.cores}"
+    )
+    last = found["last"]
+    print(
+        f"  last to finish: {last['model']} on {last['cores']} cores, leased "
+        f"{last['leased_at_s'] / h:.2f} h in, for {last['held_s'] / h:.2f} h"
+    )
+    parts = ", ".join(f"{name} {share:.1%}" for name, share in found["idle_parts"].items())
+    print(
+        f"leased but idle: {found['idle']:.1%} of {found['leased_core_s'] / h:.0f} leased "
+        f"core-h (target < 3%): {parts}"
+    )
+    print(
+        f"  the sweep's own time, real: {found['own_in_lease_ms']:.0f} ms inside a lease and "
+        f"{found['own_between_leases_ms']:.0f} ms between a worker's leases (medians), each "
+        f"{args.scale:g} times that simulated; at real speed leased-idle would be "
+        f"{found['idle_own_unscaled']:.1%}"
+    )
+    host, peak = args.host_tib * TIB, found["peak_host_bytes"]
+    verdict = "overcommitted" if peak > host else "within it"
+    print(
+        f"peak host memory in use: {peak / TIB:.2f} TiB of {host / TIB:g} TiB ({verdict}), "
+        f"{found['peak_host_at_s'] / h:.2f} h in: {'; '.join(found['peak_host_holders'])}"
+    )
+    print(
+        f"  runs counted: {found['runs']}; leases without a run's phases: "
+        f"{found['leases_without_a_run']} (the warm-ups; runs stopped before a phase)"
+    )
+    print(json.dumps({"args": vars(args) | {"keep": str(args.keep)}, **found}, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""What ``fleet.py`` takes for granted, checked in a second: ``pytest benchmarks/test_fleet.py``.
+
+* every xdist worker's queue starts with its warm-up (the clock waits for them all), under
+  pytest-xdist's own ``load`` scheduler;
+* the plugin's sizing reads a stand-in checkpoint as the fleet's model says: its config, built
+  on the meta device, has the model's parameters, and so its cores;
+* peak host memory counts the phases in progress at once.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import fleet
+import pytest
+from xdist.scheduler import LoadScheduling
+
+from pytest_neuronsupport.pipeline.sizing import config_parameters, cores_needed
+
+
+class Options:
+    """What the scheduler reads of pytest's configuration."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def getvalue(self, name: str) -> Any:
+        return [f"{self.workers}*popen"] if name == "tx" else None
+
+    getoption = getvalue
+
+
+class Worker:
+    """A worker as the scheduler sees it: its name, and the entries it is sent."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None: ...
+
+
+@pytest.mark.parametrize(("models", "workers"), [(1000, 16), (1000, 64), (40, 4), (5, 4), (30, 1)])
+def test_each_worker_starts_with_its_warm_up(models: int, workers: int) -> None:
+    some = fleet.fleet(models, 0.5, seed=0)
+    warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
+    text = fleet.model_list(some, warmups)
+    ids = [line.split('"')[1] for line in text.splitlines() if line.startswith("id = ")]
+    scheduler = LoadScheduling(Options(workers))  # type: ignore[arg-type]
+    nodes = [Worker(f"gw{k}") for k in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)  # type: ignore[arg-type]
+    for node in nodes:
+        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
+    scheduler.schedule()
+    firsts = [ids[node.sent[0]] for node in nodes]
+    assert sorted(firsts) == warmups
+
+
+@pytest.mark.parametrize("parameters", [15_000_000, 135_000_000, 8_030_000_000, 141_000_000_000])
+def test_sizing_counts_a_stand_in_checkpoint_as_the_fleet_does(parameters: int) -> None:
+    model = fleet.phases("fleet/m", "decoder", parameters, 0.5)
+    counted = config_parameters(fleet.config(model, 20.0))
+    assert abs(counted - parameters) < fleet.HIDDEN
+    assert cores_needed(2 * counted, fleet.CORE_GB) == model.cores
+
+
+def test_peak_host_memory_counts_the_phases_in_progress() -> None:
+    events = [
+        {"start": 0.0, "end": 2.0, "host_bytes": 5},
+        {"start": 1.0, "end": 3.0, "host_bytes": 7},
+        {"start": 2.0, "end": 4.0, "host_bytes": 6},  # starts as the first ends
+    ]
+    assert fleet.peak_host(events) == (13, 2.0)
