@@ -75,15 +75,36 @@ class CudaRankOps(CudaOps):
 
 
 class NeuronOps:
-    """TorchNeuron: importing torch_neuronx registers the ``neuron`` device and backend; peak
-    memory from ``torch.neuron``'s counters."""
+    """TorchNeuron: importing torch_neuronx registers the ``neuron`` device and backend, with
+    fallback execution off (a graph that fails to compile raises, whatever the environment
+    said); peak memory from ``torch.neuron``'s counters; the operators that ran on the CPU and
+    the graphs compiled, from TorchNeuron's own tracking where it has it."""
 
     def __init__(self) -> None:
-        importlib.import_module("torch_neuronx")
+        os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] = "1"
+        self.neuronx = importlib.import_module("torch_neuronx")
+        getattr(self.neuronx, "clear_op_tracking", dict)()
 
     reset_peak = staticmethod(lambda: torch.neuron.reset_peak_memory_stats())  # type: ignore[attr-defined]
     synchronize = staticmethod(lambda: torch.neuron.synchronize())  # type: ignore[attr-defined]
     peak_gb = staticmethod(lambda: float(torch.neuron.max_memory_allocated()) / 1e9)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def compile_options(backend: object) -> dict[str, object]:
+        """``torch.compile``'s options for ``backend``: the neuron backend's fallback off."""
+        return {"fallback_execution": False} if backend == "neuron" else {}
+
+    def report(self) -> dict[str, object]:
+        """``cpu_ops`` (what ran on the CPU), ``fallback_execution``, and from the dynamo
+        metrics ``graphs_compiled`` and ``backend_compile_s``: null where TorchNeuron lacks
+        the function."""
+        n, fallback = self.neuronx, os.environ["TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"] == "0"
+        ops = sorted(n.get_fallback_ops()) if hasattr(n, "get_fallback_ops") else None
+        done: dict[str, object] = {"cpu_ops": ops, "fallback_execution": fallback}
+        if hasattr(n, "get_dynamo_metrics"):
+            us = [getattr(m, "torch_neuronx_compile_us", None) for m in n.get_dynamo_metrics()]
+            done.update(graphs_compiled=len(us), backend_compile_s=sum(u or 0 for u in us) / 1e6)
+        return done
 
 
 class NeuronRankOps(NeuronOps):
