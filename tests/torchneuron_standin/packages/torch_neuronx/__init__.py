@@ -18,7 +18,11 @@ with the meaning its documentation and source give them:
   of them fails to compile, the error naming it) raises, or, with fallback execution on
   (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0``, or the compile option
   ``fallback_execution=True``, which wins), runs the graph eagerly and lists no metrics for it,
-  as TorchNeuron documents;
+  as TorchNeuron documents; ``NEURON_STANDIN_FALLBACK_ALWAYS`` names operators whose graph
+  fails and runs eagerly whatever the setting (a runtime that falls back silently: what the
+  plugin must still not count as a compiler PASS);
+* at import it prints the cores it was given (``NEURON_RT_VISIBLE_CORES``) to stderr, so that a
+  test reads in a run's log where it was pinned;
 * a ``neuron`` process group for several-core runs (:mod:`._distributed`).
 
 The tests install it with :mod:`tests.torchneuron_standin` (a folder of packages with its
@@ -120,7 +124,11 @@ def device_count() -> int:
 
 
 class CompileFailure(RuntimeError):
-    """The stand-in's compiler refused a graph (it was told to)."""
+    """The stand-in's compiler refused a graph (it was told to); ``args[1]``: it falls back
+    whatever the setting."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def _fallback_execution(options: dict[str, Any]) -> bool:
@@ -143,11 +151,12 @@ def _inference_compiler(name: str) -> Any:
             for n in gm.graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
         ]
-        refused = _names("NEURON_STANDIN_FAIL_COMPILE")
+        refused = _names("NEURON_STANDIN_FAIL_COMPILE") | _names("NEURON_STANDIN_FALLBACK_ALWAYS")
         for op in ops:
             if _listed(op, refused):
                 raise CompileFailure(
-                    f"neuronx-cc (stand-in) cannot compile graph {name}: no lowering for {op}"
+                    f"neuronx-cc (stand-in) cannot compile graph {name}: no lowering for {op}",
+                    _listed(op, _names("NEURON_STANDIN_FALLBACK_ALWAYS")),
                 )
         compiled = cpu_graph(gm, example_inputs)
         for op in ops:
@@ -185,7 +194,7 @@ def neuron_backend(
             fw_compiler=compiler, bw_compiler=boxed_nop, inference_compiler=compiler
         )(gm, example_inputs)
     except CompileFailure as exc:
-        if not _fallback_execution(options):
+        if not (_fallback_execution(options) or exc.args[1]):
             raise
         print(f"[torch_neuronx stand-in] fallback execution: {exc}", file=sys.stderr)
         return gm.forward
@@ -198,6 +207,10 @@ def _register_backend() -> None:
         register_backend(neuron_backend, name="neuron")
 
 
+print(
+    f"[torch_neuronx stand-in] NEURON_RT_VISIBLE_CORES={os.environ.get('NEURON_RT_VISIBLE_CORES')}",
+    file=sys.stderr,
+)
 _device.install()
 _device.RECORD.append(lambda op: _record(op_name(op)))
 torch.neuron.get_dynamo_metrics = get_dynamo_metrics
