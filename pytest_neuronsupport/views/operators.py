@@ -72,6 +72,9 @@ def operators(rows: Iterable[Mapping[str, Any]]) -> list[Operator]:
                 found.setdefault(name, Operator(name)).blocks.append(model)
         for name in sorted({operator_name(op) for op in row.get("cpu_ops") or []}):
             found.setdefault(name, Operator(name)).falls_back.append(model)
+    for op in found.values():
+        op.blocks.sort()
+        op.falls_back.sort()
     return sorted(found.values(), key=Operator.rank)
 
 

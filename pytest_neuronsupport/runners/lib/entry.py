@@ -48,16 +48,15 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
 def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:
     """Set the device up and run the model, its graphs and graph breaks counted; a classified
     failure becomes the verdict, with where it was raised. With it, what the device's runtime
-    says of the run (``ops.report()``, where it has one: TorchNeuron's operators on the CPU and
-    graphs compiled), whether any graph was compiled at all (``compiled``), and what the row's
-    phase times are made of (:func:`~pytest_neuronsupport.runners.lib.protocol.phase_times`):
-    when each phase began, and the end; dynamo's own accounting of its compile times (the
-    seconds of each frame it compiled, ``_compile.compile_inner``: tracing, lowering, the
-    backend's compile) and its counters (inductor's FX graph cache's hits and misses)."""
+    says of the run (``ops.report()``: TorchNeuron's operators on the CPU...), whether a graph
+    was compiled at all, and what the row's phase times are made of
+    (:func:`~pytest_neuronsupport.runners.lib.protocol.phase_times`): when each phase began,
+    and the end; dynamo's own accounting of its compile times (the seconds of each frame it
+    compiled, ``_compile.compile_inner``: tracing, lowering, the backend's compile) and its
+    counters (inductor's FX graph cache's hits and misses)."""
     torch.manual_seed(0)
     ops = ops_class()  # sets the device up
-    options = getattr(ops, "compile_options", dict)(params["backend"])
-    count = GraphCount(params["backend"], options)
+    count = GraphCount(params["backend"], getattr(ops, "compile_options", dict)(params["backend"]))
     try:
         verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
