@@ -56,7 +56,8 @@ def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) ->
     counters (inductor's FX graph cache's hits and misses)."""
     torch.manual_seed(0)
     ops = ops_class()  # sets the device up
-    count = GraphCount(params["backend"], getattr(ops, "compile_options", dict)(params["backend"]))
+    options: dict[str, Any] = getattr(ops, "compile_options", lambda b: {})(params["backend"])
+    count = GraphCount(params["backend"], options)
     try:
         verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
