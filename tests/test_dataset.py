@@ -938,8 +938,10 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     """The previous version's files end with ``checked_by``: ``architecture`` and
     ``model_type`` were appended after it, and load as null from those files (so do the
     phase times and the compile cache's counts, appended after them)."""
-    later = ("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled")
-    later += ("compiled", "cpu_ops", "fallback_execution", "backend_compile_s")
+    later = (
+        *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
+        *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s"),
+    )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
     old = tmp_path / "data" / PAIR
