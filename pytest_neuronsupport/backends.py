@@ -25,16 +25,22 @@ BUILTIN = frozenset({"inductor", "aot_eager", "eager", "cudagraphs"})
 COMPILE_OFF = ("TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE")
 
 
-def compile_turned_off(environ: Mapping[str, str]) -> str | None:
-    """Why nothing would be compiled in ``environ``'s runs (they inherit it), or None."""
+def compile_turned_off(environ: Mapping[str, str], device: Device | None = None) -> str | None:
+    """Why nothing would be compiled in ``environ``'s runs (they inherit it), or why ``device``
+    would pass what its compiler did not compile (:attr:`Device.refused_env`: on Neuron,
+    fallback execution turned on), or None."""
     name = next((name for name in COMPILE_OFF if environ.get(name) == "1"), None)
-    return name and f"{name}=1 turns torch.compile off: no model would be compiled"
+    if name:
+        return f"{name}=1 turns torch.compile off: no model would be compiled"
+    refused = device.refused_env if device is not None else ()
+    said = (f"{n}={v} {why}" for n, v, why in refused if environ.get(n, "").strip() == v)
+    return next(said, None)
 
 
 def check_backend(name: str, device: Device, workdir: Path) -> str | None:
     """Why ``name`` cannot be used on ``device`` (or at all in this environment, which the
     runs inherit), or None when it can."""
-    if off := compile_turned_off(os.environ):
+    if off := compile_turned_off(os.environ, device):
         return f"{off}; unset it to sweep"
     if ":" in name:
         return _check_import_path(name, workdir)

@@ -8,6 +8,7 @@ neuronsupport select --out FILE              a model list from the Hub, as the d
 neuronsupport lookup MODEL                   a model's rows over every pair
 neuronsupport diff PAIR_A PAIR_B             result changes over the models in both pairs
 neuronsupport failures [--pair PAIR]         a pair's failures grouped by cause, with a repro
+neuronsupport operators [--pair PAIR]        the operators that block models or run on the CPU
 neuronsupport coverage [--pair PAIR]...      the support matrix by architecture, over pairs
 neuronsupport baseline update --out FILE     expected results from a dataset
 neuronsupport check --baseline FILE          a dataset held against expected results
@@ -128,6 +129,17 @@ def parser() -> argparse.ArgumentParser:
     _pair(failures, "the pair to group (default: the newest compiler's)")
     failures.add_argument("--format", choices=("text", "json"), default="text")
     _results(failures)
+
+    ops = sub.add_parser(
+        "operators",
+        help="the ATen operators ranked by the models they block or run on the CPU in",
+        description="The operators a pair's failures name (FAIL(gen), FAIL(forward)) and those "
+        "that ran on the CPU (cpu_ops), ranked by how many models they block, then by how many "
+        "they fall back on: what a compiler team should implement first.",
+    )
+    _pair(ops, "the pair to rank (default: the newest compiler's)")
+    ops.add_argument("--format", choices=("text", "json"), default="text")
+    _results(ops)
 
     cover = sub.add_parser(
         "coverage",
@@ -361,6 +373,14 @@ def _failures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _operators(args: argparse.Namespace) -> int:
+    from pytest_neuronsupport.views.operators import format_operators, pair_operators
+
+    pair, found, tracked = pair_operators(_results_dir(args), args.pair)
+    sys.stdout.write(format_operators(found, pair, tracked, args.format))
+    return 0
+
+
 def _coverage(args: argparse.Namespace) -> int:
     from pytest_neuronsupport.views.coverage import coverage_report
 
@@ -539,6 +559,7 @@ _COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("lookup", None): _lookup,
     ("diff", None): _diff,
     ("failures", None): _failures,
+    ("operators", None): _operators,
     ("coverage", None): _coverage,
     ("baseline", "update"): _baseline_update,
     ("check", None): _check,

@@ -5,8 +5,13 @@ Three implementations: ``neuron`` (TorchNeuron on Trainium), ``cuda`` and ``cpu`
 classes each device names in ``ops`` and ``rank_ops``, in
 :mod:`pytest_neuronsupport.runners.lib.device_ops` (they import torch, which the plugin side does
 not). Nothing else in the package asks which device it is. What a run's compile cache did
-(:meth:`Device.graphs`) is read here too: inductor's FX graph cache counters, which every run
-reports, and on Neuron the NEFFs its run added to the NEFF cache (:meth:`Device.cache_files`).
+(:meth:`Device.graphs`) is read here too, from inductor's FX graph cache counters (on Neuron, the
+run reports its graphs itself, from TorchNeuron's ``get_dynamo_metrics()``).
+
+A Neuron machine's cores are what ``neuron-ls -j`` says (:func:`neuron_cores`): each chip's
+logical cores, their ids (what ``NEURON_RT_VISIBLE_CORES`` takes), the logical core
+configuration (LNC) and the chip's memory; :meth:`Device.check` says, before a sweep starts,
+why the device cannot be used (:mod:`pytest_neuronsupport.torchneuron`).
 
 Detection is cheap: no torch import unless a CUDA driver is present.
 """
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from pytest_neuronsupport import torchneuron
 
 
 def package_version(distribution: str) -> str | None:
@@ -66,8 +73,16 @@ class Device:
         """The run side of a training script: the one-core class, with ``limit_memory``."""
         return self.ops.removesuffix("Ops") + "TrainOps"
 
+    #: Environment variables (name, value, why) with which a sweep on the device is refused:
+    #: its runs would pass what the compiler never compiled (``backends.compile_turned_off``).
+    refused_env: tuple[tuple[str, str, str], ...] = ()
+
     def available(self) -> bool:
         raise NotImplementedError
+
+    def check(self, environ: Mapping[str, str]) -> str | None:
+        """Why the device cannot run a sweep in ``environ`` (the runs' environment), or None."""
+        return None
 
     def compiler(self, backend: str) -> tuple[str, str]:
         """(compiler, version) naming the dataset folder ``data/<compiler>-<version>/``."""
@@ -94,12 +109,7 @@ class Device:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
 
-    def cache_files(self, cache_dir: Path) -> frozenset[str]:
-        """The compile cache's files that the plugin counts before and after a run, where the
-        run cannot say what its cache did (none here: inductor's counters say it)."""
-        return frozenset()
-
-    def graphs(self, inductor: Mapping[str, Any], files_added: int) -> dict[str, int | None]:
+    def graphs(self, inductor: Mapping[str, Any]) -> dict[str, int | None]:
         """A run's ``graphs_cached`` and ``graphs_compiled``: the hits of inductor's FX graph
         cache, and its misses and bypasses (``inductor``: the run's
         ``torch._dynamo.utils.counters["inductor"]``); null when no graph went through that
@@ -120,57 +130,72 @@ def backend_label(backend: str) -> str:
 
 @dataclass(frozen=True)
 class NeuronDevice(Device):
+    """TorchNeuron on Trn2 and Trn3: the cores ``neuron-ls -j`` reports
+    (:func:`~pytest_neuronsupport.torchneuron.neuron_cores`), pinned by their ids; fallback
+    execution off in every run."""
+
     name: str = "neuron"
     default_backend: str = "neuron"
     default_dtype: str = "bfloat16"
     fullgraph: bool = True
     ops: str = "NeuronOps"
     rank_ops: str = "NeuronRankOps"
+    refused_env: tuple[tuple[str, str, str], ...] = (
+        (
+            torchneuron.FALLBACK_ENV,
+            "0",
+            "runs a graph that fails to compile eagerly (TorchNeuron's fallback execution): "
+            "a model the compiler cannot compile would PASS",
+        ),
+    )
 
     def available(self) -> bool:
         return importlib.util.find_spec("torch_neuronx") is not None and bool(
-            glob.glob("/dev/neuron[0-9]*")
+            torchneuron.device_files(os.environ)
         )
+
+    def check(self, environ: Mapping[str, str]) -> str | None:
+        """``neuron-ls`` lists cores, and the stack is TorchNeuron for the installed torch."""
+        try:
+            torchneuron.neuron_cores(environ)
+        except torchneuron.NeuronError as exc:
+            return str(exc)
+        neuronx, torch_version = package_version("torch-neuronx"), package_version("torch")
+        return torchneuron.stack_problem(environ, neuronx, torch_version)
 
     def compiler(self, backend: str) -> tuple[str, str]:
         if backend == "neuron":
             return "neuronxcc", package_version("neuronx-cc") or "unknown"
         return super().compiler(backend)
 
+    def cores(self) -> torchneuron.Cores:
+        """The machine's logical cores (``neuron-ls -j``, in this process's environment)."""
+        return torchneuron.neuron_cores(os.environ)
+
     def core_count(self) -> int:
-        devices = len(glob.glob("/dev/neuron[0-9]*"))
-        per_device = int(os.environ.get("NEURONSUPPORT_CORES_PER_DEVICE", "4"))  # trn2, LNC=2
-        return max(1, devices * per_device)
+        return len(self.cores().ids)
 
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
-        return {"NEURON_RT_VISIBLE_CORES": core_ranges(cores)}
+        """Lease indices → the cores' ids (the lease's k-th core is the machine's k-th)."""
+        ids = self.cores().ids
+        return {"NEURON_RT_VISIBLE_CORES": core_ranges([ids[c] for c in cores])}
 
     def core_capacity_gb(self) -> float:
-        return 24.0  # trn2: 96 GB of HBM per device, 4 logical cores at LNC=2
+        """A chip's memory over its logical cores (24 GiB on Trn2 at LNC=2)."""
+        return round(self.cores().core_memory_gb, 3)
 
     def run_env(self, cache_dir: Path) -> dict[str, str]:
+        """The NEFF cache kept warm under ``cache_dir`` (a user's own setting wins), fallback
+        execution off, and the LNC the cores were counted at (unless set)."""
         env = super().run_env(cache_dir)
-        # read once by TorchNeuron, at the first compile; a user's own setting wins
         env["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.environ.get(
             "TORCH_NEURONX_NEFF_CACHE_DIR", str(cache_dir / "neff")
         )
+        env[torchneuron.FALLBACK_ENV] = "1"
+        lnc = self.cores().lnc
+        if lnc is not None and "NEURON_LOGICAL_NC_CONFIG" not in os.environ:
+            env["NEURON_LOGICAL_NC_CONFIG"] = str(lnc)
         return env
-
-    def cache_files(self, cache_dir: Path) -> frozenset[str]:
-        """The NEFFs of the NEFF cache that every run uses (TorchNeuron writes one per graph it
-        compiles, and reads it instead of compiling again)."""
-        folder = Path(self.run_env(cache_dir)["TORCH_NEURONX_NEFF_CACHE_DIR"])
-        return frozenset(str(p) for p in folder.rglob("*.neff")) if folder.is_dir() else frozenset()
-
-    def graphs(self, inductor: Mapping[str, Any], files_added: int) -> dict[str, int | None]:
-        """Under inductor, its FX graph cache's counts; under the neuron backend, the NEFFs
-        the run added to the NEFF cache as ``graphs_compiled`` (so are those of runs on other
-        cores at the same time), and ``graphs_cached`` null: TorchNeuron does not report its
-        cache's hits to the run."""
-        counted = super().graphs(inductor, files_added)
-        if counted["graphs_compiled"] is not None:
-            return counted
-        return {"graphs_cached": None, "graphs_compiled": files_added}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import pytest
 
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.modellist import parse_io, parse_sizes
-from pytest_neuronsupport.pricing import PRICES
+from pytest_neuronsupport.pricing import INSTANCES, parse_instance
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 
 ISOLATIONS = ("fork", "fresh")
@@ -307,8 +307,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "instance",
-        "instance type whose on-demand price (docs/performance.md) gives the cost per 1M",
-        choices=tuple(PRICES),
+        "instance type (docs/performance.md): its documented per-core peaks make the roofline, "
+        "its on-demand price, where one is sourced (trn1), the cost per 1M; one of "
+        + ", ".join(f"`{name}`" for name in INSTANCES)
+        + ", or any `trn3.<size>`",
+        "TYPE",
+        parse=parse_instance,
     ),
     Option(
         "isolation",

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
 from pytest_neuronsupport.dataset.training import TRAIN
-from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES, own_error, unchecked_kind
+from pytest_neuronsupport.pipeline.classify import (
+    COMPILED_NOTHING,
+    PYTEST_OUTCOMES,
+    compiled_nothing,
+    cpu_ops_text,
+    own_error,
+    unchecked_kind,
+)
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
@@ -108,26 +115,51 @@ UNCHECKED = "PASS unchecked"
 
 def counts_line(rows: Iterable[Mapping[str, Any]]) -> str:
     """Each result's count, unchecked PASS apart with why (``3 PASS, 2 PASS unchecked: judge
-    unavailable``)."""
-    rows = list(rows)
+    unavailable``), a PASS that compiled nothing apart from both (``1 PASS compiled
+    nothing``), and how many PASS ran operators on the CPU (``3 PASS (1 with operators on the
+    CPU)``)."""
+    every = list(rows)
+    rows = [r for r in every if not compiled_nothing(r)]
     kinds = Counter(kind for r in rows if (kind := unchecked_kind(r)) is not None)
     counts = Counter(str(r["result"]) for r in rows if unchecked_kind(r) is None)
     order = [r for r in Result if r in counts] + sorted(set(counts) - set(Result))
     parts = [f"{counts[r]} {r}" for r in order]
+    on_cpu = sum(r["result"] == Result.PASS and cpu_ops_text(r) is not None for r in rows)
+    if on_cpu and Result.PASS in counts:
+        parts[0] += f" ({on_cpu} with operators on the CPU)"
+    after_pass = 1 if Result.PASS in counts else 0
     if kinds:
         why = " / ".join(k if len(kinds) == 1 else f"{n} {k}" for k, n in kinds.most_common())
-        parts.insert(1 if Result.PASS in counts else 0, f"{kinds.total()} {UNCHECKED}: {why}")
+        parts.insert(after_pass, f"{kinds.total()} {UNCHECKED}: {why}")
+        after_pass += 1
+    if len(every) > len(rows):
+        parts.insert(after_pass, f"{len(every) - len(rows)} {COMPILED_NOTHING}")
     return ", ".join(parts) or "no models run"
 
 
 def unchecked_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The PASS rows whose output was compared with nothing (``checked_by`` = ``none``)."""
-    return [r for r in rows if r.get("result") == Result.PASS and unchecked_kind(r) is not None]
+    """The PASS rows whose output was compared with nothing (``checked_by`` = ``none``), that
+    compiled something."""
+    return [
+        r
+        for r in rows
+        if r.get("result") == Result.PASS
+        and unchecked_kind(r) is not None
+        and not compiled_nothing(r)
+    ]
 
 
 def unchecked_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One line per unchecked PASS: the model and why nothing was compared."""
-    return [f"{UNCHECKED:<14} {r['model_id']}  {unchecked_kind(r)}" for r in unchecked_rows(rows)]
+    """One line per unchecked PASS: the model and why nothing was compared; one per PASS that
+    compiled nothing; one per PASS with operators on the CPU, naming them."""
+    rows = list(rows)
+    lines = [f"{UNCHECKED:<14} {r['model_id']}  {unchecked_kind(r)}" for r in unchecked_rows(rows)]
+    nothing = "no graph was compiled: the model ran as it is"
+    lines += [f"{COMPILED_NOTHING} {r['model_id']}  {nothing}" for r in rows if compiled_nothing(r)]
+    for r in rows:
+        if r.get("result") == Result.PASS and (text := cpu_ops_text(r)) is not None:
+            lines.append(f"{'PASS':<14} {r['model_id']}  {text}: {', '.join(r['cpu_ops'])}")
+    return lines
 
 
 def require_check_line(models: Sequence[str]) -> str:
@@ -183,8 +215,13 @@ def _batches(row: Mapping[str, Any]) -> list[str]:
     return [f"batch {row.get('batch_native')} native, {row.get('batch_compiled')} compiled"]
 
 
+def _compiled(row: Mapping[str, Any]) -> list[str]:
+    said = ["compiled nothing"] if compiled_nothing(row) else []
+    return [*said, *filter(None, [cpu_ops_text(row)])]
+
+
 #: What a finished model's line says of its row beyond its cores and time, per table.
-LINE_FACTS = {TRAIN.name: _batches}
+LINE_FACTS = {TRAIN.name: _batches, SUPPORT.name: _compiled}
 
 
 def model_line(

@@ -15,6 +15,7 @@ results. Without xdist the one process does both.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -74,6 +75,10 @@ def configure(config: pytest.Config) -> SweepSession:
         problem = check_backend(settings.backend, settings.device, settings.workdir)
         if problem:
             raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
+        problem = settings.device.check(os.environ)  # what the runs inherit
+        if problem:
+            device = settings.device.name
+            raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
     try:
         hook = config.hook
         added = [*entry_point_runners(), *users(hook.pytest_neuronsupport_runners, config)]

@@ -21,6 +21,7 @@ from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of 
     perturbed_sweep,
     plain_sweep,
     reruns,
+    standin_sweep,
     timeouts,
     tiny_sweep,
     two_core_llama,
@@ -139,6 +140,7 @@ HEAVIEST_FIRST = (
     "test_a_sweep_held_against_its_baseline_names_regressions_and_improvements",  # 90
     "test_a_sample_of_the_architectures_gives_the_expected_results",  # 80: 12 built, swept
     "two-core-llama",  # 75
+    "standin",  # ~70: the stand-in TorchNeuron's sweep, then a run.py again
     "raising",  # 62
     "perturbed",  # 56
     "test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions",  # 47

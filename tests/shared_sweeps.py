@@ -29,6 +29,7 @@ from pytest_neuronsupport import zoo
 from pytest_neuronsupport.modellist import default_lists, parse
 from tests.fresh_clone import prepared
 from tests.sweeping import PendingSweep, SharedSweep, Sweep, SweepRunner, run_folder
+from tests.torchneuron_standin import standin_env
 
 BACKENDS = "backends_for_tests"
 PERTURBING = f"{BACKENDS}:perturbing_backend_for_tests"
@@ -47,6 +48,7 @@ RERUNS = pytest.mark.xdist_group("reruns")
 PERTURBED = pytest.mark.xdist_group("perturbed")
 RAISING = pytest.mark.xdist_group("raising")
 TWO_CORE_LLAMA = pytest.mark.xdist_group("two-core-llama")
+STANDIN = pytest.mark.xdist_group("standin")
 #: The tests that wait for the ``timeouts`` sweeps: handed out last (conftest.py).
 WAITING = pytest.mark.xdist_group("timeouts")
 
@@ -307,3 +309,36 @@ def two_core_llama(sweep_folder: Callable[..., SweepRunner]) -> tuple[Sweep, Swe
     )
     single = runner.run({"id": "zoo:llama-2core", "cores": 1}, args=["--neuron-rerun"])
     return sharded, single
+
+
+#: What the stand-in TorchNeuron is told in its sweep (tests/torchneuron_standin): the operators
+#: whose graphs fail to compile (``tanh``: gpt2's activation and bert's pooler), those that run
+#: on the CPU (llama's RMSNorm ``rsqrt``, roberta's position ids ``cumsum``, the greedy pick
+#: ``argmax`` of generate), and the graph that falls back to eager silently whatever the
+#: setting (distilbert's, the one with ``relu``): a PASS that compiled nothing.
+STANDIN_TOLD = {
+    "NEURON_STANDIN_FAIL_COMPILE": "aten::tanh",
+    "NEURON_STANDIN_CPU_OPS": "aten::rsqrt,aten::cumsum,aten::argmax",
+    "NEURON_STANDIN_FALLBACK_ALWAYS": "aten::relu",
+}
+#: Its models: one- and two-core decoders, encoders, and a model that asks for more cores than
+#: the fake neuron-ls lists (a trn2.48xlarge at LNC=2: 64), excluded without a run.
+STANDIN_MODELS: list[str | dict[str, Any]] = [
+    "zoo:llama",
+    "zoo:gpt2",
+    "zoo:bert",
+    "zoo:roberta-qa",
+    "zoo:distilbert-sst",
+    {"id": "zoo:llama-2core", "cores": 2},
+    {"id": "zoo:qwen3", "cores": 128},
+]
+
+
+@pytest.fixture(scope="session")
+def standin_sweep(sweep_folder: Callable[..., SweepRunner]) -> Sweep:
+    """The zoo swept with ``--neuron-device neuron`` through the stand-in TorchNeuron, as told
+    by :data:`STANDIN_TOLD`; read by test_standin_sweep.py."""
+    runner = sweep_folder("standin")
+    env = {**standin_env(runner.path / "standin"), **STANDIN_TOLD}
+    args = ["--neuron-device", "neuron", "--neuron-max-cores", "256", "--neuron-judge", "none"]
+    return runner.run(*STANDIN_MODELS, backend="neuron", args=args, env=env)

@@ -117,6 +117,10 @@ EXPECTED_COLUMNS = (
     "reference_s",
     "graphs_cached",
     "graphs_compiled",
+    "compiled",
+    "cpu_ops",
+    "fallback_execution",
+    "backend_compile_s",
     "fp64_error_device",
     "fp64_error_eager",
     "fp64_tolerance",
@@ -938,8 +942,10 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     """The previous version's files end with ``checked_by``: ``architecture`` and
     ``model_type`` were appended after it, and load as null from those files (so do the
     phase times and the compile cache's counts, appended after them)."""
-    later = ("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled")
-    later += FP64_COLUMNS
+    later = (
+        *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
+        *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s", *FP64_COLUMNS),
+    )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
     old = tmp_path / "data" / PAIR
@@ -953,6 +959,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert table.column("compile_s").to_pylist() == [None]
     assert table.column("graphs_cached").to_pylist() == [None]
     assert table.column("fp64_error_eager").to_pylist() == [None]
+    assert table.column("cpu_ops").to_pylist() == [None]  # not known: not "none on the CPU"
     assert table.column("checked_by").to_pylist() == ["cpu"]
     new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
     append_rows(tmp_path, [(PAIR, new)])

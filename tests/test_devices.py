@@ -33,7 +33,18 @@ def test_core_ranges_use_neuron_runtime_syntax(cores: list[int], text: str) -> N
     assert core_ranges(cores) == text
 
 
-def test_pinning_environment_per_device() -> None:
+@pytest.fixture
+def neuron_ls_for_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in's fake ``neuron-ls`` on ``PATH``: a trn2.48xlarge (16 chips) at LNC=2."""
+    from tests.torchneuron_standin import BIN
+
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("NEURON_STANDIN_CHIPS", "16")
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    monkeypatch.delenv("NEURONSUPPORT_CORES_PER_DEVICE", raising=False)
+
+
+def test_pinning_environment_per_device(neuron_ls_for_tests: None) -> None:
     assert NeuronDevice().pin_env([4, 5, 6, 7]) == {"NEURON_RT_VISIBLE_CORES": "4-7"}
     assert devices.DEVICES["cuda"].pin_env([1, 0]) == {"CUDA_VISIBLE_DEVICES": "0,1"}
     assert CpuDevice().pin_env([0, 1]) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
@@ -72,8 +83,8 @@ def test_neuron_compiler_and_stack_come_from_installed_metadata(
     assert stack["nki"] is None  # absent packages are null, not guessed
 
 
-def test_core_capacity_and_cpu_pinning() -> None:
-    assert NeuronDevice().core_capacity_gb() == 24.0  # trn2 at LNC=2
+def test_core_capacity_and_cpu_pinning(neuron_ls_for_tests: None) -> None:
+    assert NeuronDevice().core_capacity_gb() == 25.77  # trn2 at LNC=2: 96 GiB over 4 cores
     cpu = CpuDevice()
     total = cpu.core_capacity_gb() * cpu.core_count()
     assert 0.5 < total < 10_000  # the machine's memory, shared among its cores
@@ -83,7 +94,9 @@ def test_core_capacity_and_cpu_pinning() -> None:
     assert NeuronDevice().cpus([0, 1]) is None
 
 
-def test_run_side_device_ops_split_a_lease_among_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_side_device_ops_split_a_lease_among_ranks(
+    monkeypatch: pytest.MonkeyPatch, neuron_ls_for_tests: None
+) -> None:
     """The run side (in run.py): each rank of a several-core Neuron run sees one logical core
     of the run's lease; CPU and CUDA ranks need no environment of their own."""
     from pytest_neuronsupport.runners.lib import device_ops

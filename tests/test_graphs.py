@@ -141,3 +141,18 @@ def test_a_break_reason_is_one_line_without_machine_paths() -> None:
         "`torch/_dynamo/decorators.py` is skipped (transformers/m.py:7 in forward)"
     )
     assert break_reason("just one line", None) == "just one line"
+
+
+def test_a_run_that_compiled_no_graph_says_so_whatever_the_device() -> None:
+    """``compiled``: whether dynamo handed the backend a graph (and, where the runtime counts
+    its own, whether it compiled one)."""
+    from pytest_neuronsupport.runners.lib.device_ops import CpuOps
+    from pytest_neuronsupport.runners.lib.entry import attempt
+
+    def compiling(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+        torch.compile(lambda x: x + 1, backend=params["backend"])(torch.ones(2))
+        return {"result": Result.PASS}
+
+    params = {"backend": "eager"}
+    assert attempt(params, lambda params, ops: {"result": Result.PASS}, CpuOps)["compiled"] is False
+    assert attempt(params, compiling, CpuOps)["compiled"] is True

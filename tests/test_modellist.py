@@ -136,7 +136,7 @@ def test_runner_column_uses_the_dataset_cards_spelling() -> None:
             "'selection_rank' must be a positive integer",
         ),
         ('[[model]]\nid = "a/b"\ncores = 3\n', "'cores' must be a power of two"),
-        ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory nor a .gguf file"),
+        ('[[model]]\nid = "a/b"\npath = "missing"\n', "path 'missing' is not a directory nor"),
         ('[[model]]\nid = "a/b"\npackages = "sentencepiece"\n', "'packages' must be a list"),
         (
             '[[model]]\nid = "a/b"\npackages = ["--index-url=http://evil"]\n',

@@ -335,6 +335,27 @@ def test_documented_peaks_of_a_known_instance_else_none() -> None:
     assert documented("trn1.32xlarge", "float32") is not None
     assert documented(None, "bfloat16") is None  # unknown: measured instead
     assert documented("inf2.xlarge", "bfloat16") is None
+    # Trainium2: a chip's 667 BF16 TFLOPS and 2.9 TB/s over its 4 logical cores at LNC=2
+    trn2 = documented("trn2.48xlarge", "bfloat16")
+    assert trn2 is not None and trn2["gflops"] == 667e3 / 4 and trn2["bandwidth_gbs"] == 725.0
+    assert "Trainium2 Architecture" in trn2["source"] and "at LNC=2" in trn2["source"]
+    at_lnc_1 = documented("trn2u.48xlarge", "float32", lnc=1)
+    assert at_lnc_1 is not None and at_lnc_1["gflops"] == 181e3 / 8
+    trn3 = documented("trn3.48xlarge", "bfloat16")
+    assert trn3 is not None and trn3["gflops"] == 671e3 / 4 and trn3["bandwidth_gbs"] == 1225.0
+
+
+def test_instances_are_priced_only_where_a_price_is_sourced() -> None:
+    from pytest_neuronsupport.pricing import INSTANCES, parse_instance, price
+
+    priced = price(None, "trn1.2xlarge")
+    assert priced is not None and priced[0] == 1.34 and "Inference Performance" in priced[1]
+    assert price(None, "trn2.48xlarge") is None  # no on-demand price found: none made up
+    assert price(3.0, "trn2.48xlarge") == (3.0, "--neuron-price-per-hour")
+    assert (INSTANCES["trn2.48xlarge"].chips, INSTANCES["trn2.3xlarge"].chips) == (16, 1)
+    assert parse_instance("trn3.48xlarge") == "trn3.48xlarge"  # documented as UltraServers
+    with pytest.raises(ValueError, match="not an instance type known here"):
+        parse_instance("p5.48xlarge")
 
 
 def test_a_table_wider_than_the_terminal_wraps_into_blocks_that_fit() -> None:

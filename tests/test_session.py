@@ -224,3 +224,34 @@ def test_an_unchecked_pass_is_counted_apart_with_why(pytester: pytest.Pytester) 
     alone = [row("d", checked_by="none"), row("e", checked_by="none", check=check)]
     assert report.counts_line(alone) == "2 PASS unchecked: 1 no output check / 1 judge unavailable"
     assert report.require_check_line(["b"]).endswith("the session fails: b")
+
+
+def test_a_pass_that_compiled_nothing_is_counted_apart_and_cpu_operators_are_said() -> None:
+    """On any device: a PASS whose run compiled no graph is not a compiler PASS (unchecked or
+    not); a PASS that ran operators on the CPU says how many, and which."""
+    from pytest_neuronsupport.pipeline.classify import result_text
+
+    on_cpu = row("a", checked_by="cpu", compiled=True, cpu_ops=["aten::argmax", "aten::cumsum"])
+    rows = [
+        on_cpu,
+        row("b", checked_by="cpu", compiled=False),
+        row("c", checked_by="none", compiled=False),  # and unchecked: counted once, here
+        row("d", "FAIL(gen)", compiled=False),
+        row("e", checked_by="cpu", compiled=True, cpu_ops=[]),  # none on the CPU: a plain PASS
+    ]
+    assert report.counts_line(rows) == (
+        "2 PASS (1 with operators on the CPU), 2 PASS compiled nothing, 1 FAIL(gen)"
+    )
+    assert report.unchecked_lines(rows) == [
+        "PASS compiled nothing b  no graph was compiled: the model ran as it is",
+        "PASS compiled nothing c  no graph was compiled: the model ran as it is",
+        "PASS           a  2 operators on the CPU: aten::argmax, aten::cumsum",
+    ]
+    said = [result_text(r) for r in rows]
+    assert said == [
+        "PASS, 2 operators on the CPU",
+        "PASS compiled nothing",
+        "PASS compiled nothing",
+        "FAIL(gen)",
+        "PASS",
+    ]

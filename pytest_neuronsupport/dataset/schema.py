@@ -130,6 +130,11 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         *(pa.field(name, pa.float64()) for name in PHASE_COLUMNS),
         pa.field("graphs_cached", pa.int32()),
         pa.field("graphs_compiled", pa.int32()),
+        # what the compiler did and did not do (appended: older files load them null)
+        pa.field("compiled", pa.bool_()),
+        pa.field("cpu_ops", pa.list_(pa.field("element", pa.string()))),
+        pa.field("fallback_execution", pa.bool_()),
+        pa.field("backend_compile_s", pa.float64()),
         # the output check's numbers against float64 (appended: older files load them null)
         *(pa.field(name, pa.float64()) for name in FP64_COLUMNS),
     ],
@@ -311,9 +316,35 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "runtime does not say (the NEFF cache's hits are not reported)."
     ),
     "graphs_compiled": (
-        "Graphs compiled fresh: inductor's FX graph cache misses and bypasses, on Neuron the "
-        "NEFFs the run added to the NEFF cache (other runs' at the same time included); 0 "
-        "with `graphs_cached` above 0: a warm compile; null where the backend has no cache."
+        "Graphs compiled fresh: inductor's FX graph cache misses and bypasses; on Neuron the "
+        "graphs TorchNeuron's `get_dynamo_metrics()` lists for the run; 0 with `graphs_cached` "
+        "above 0: a warm compile; null where the backend has no cache and the runtime does "
+        "not say."
+    ),
+    "compiled": (
+        "Whether the device run compiled at least one graph (dynamo handed the backend a "
+        "graph, and on Neuron TorchNeuron's metrics list one): false on a PASS means it is not "
+        "a compiler PASS (the model ran as it is), counted apart everywhere rows are counted; "
+        "null where the run gave no verdict, and in files written before the column existed."
+    ),
+    "cpu_ops": (
+        "The ATen operators that ran on the CPU instead of the device during the run "
+        "(TorchNeuron's `get_fallback_ops()`: operators without a Neuron kernel, `CPU_FALLBACK` "
+        "in its operator table), sorted; empty when none did; null where the runtime cannot "
+        "tell (the CPU, CUDA, a TorchNeuron without the function), and in files written before "
+        "the column existed."
+    ),
+    "fallback_execution": (
+        "Whether TorchNeuron's fallback execution (a graph that fails to compile run eagerly "
+        "instead of raising) was on in the run: false on every Neuron run "
+        "(`TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1` and the `fallback_execution` compile "
+        "option off); null off Neuron."
+    ),
+    "backend_compile_s": (
+        "Seconds the backend's compiler spent on the run's graphs, as the runtime reports "
+        "them (TorchNeuron's `get_dynamo_metrics()`: each graph's neuronx-cc compile time, "
+        "which happens at the graph's first execution, inside `generate_s` or `forward_s`); "
+        "null where the runtime does not say."
     ),
     "fp64_error_device": (
         "The device's error against the CPU float64 run, `|y - y64| / max(1, |y64|)` (norms "

@@ -259,7 +259,8 @@ def peaks(s: Settings) -> dict[str, Any] | None:
     """The documented peaks of the instance's cores (on Neuron), else those measured earlier
     on this machine, else None (the benchmark measures them)."""
     if s.device.name == "neuron":
-        table = documented_peaks(s.instance, s.dtype)
+        cores = getattr(s.device, "cores", None)  # the LNC neuron-ls reports
+        table = documented_peaks(s.instance, s.dtype, cores().lnc if cores else None)
         if table is not None:
             return table
     try:

@@ -212,28 +212,24 @@ def execute(
         env[REFERENCE_ENV] = str(reference)
     stem = run_py.stem
     names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
-    device, cache = sweep.settings.device, sweep.settings.cache
-    before = device.cache_files(cache)
     outcome = sweep.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)
-    added = len(device.cache_files(cache) - before)
-    return replace(outcome, verdict=timed(outcome.verdict, device, added))
+    return replace(outcome, verdict=timed(outcome.verdict, sweep.settings.device))
 
 
 #: What a run reports for its phase times (:func:`timed`), not columns of its row.
 TIMING_KEYS = ("phases", "dynamo", "counters")
 
 
-def timed(
-    verdict: dict[str, Any] | None, device: Device, files_added: int
-) -> dict[str, Any] | None:
+def timed(verdict: dict[str, Any] | None, device: Device) -> dict[str, Any] | None:
     """A run's verdict with its phase times and its compile cache's counts as row columns, made
     of what it reported (its phase marks, dynamo's compile times and counters:
-    :func:`~pytest_neuronsupport.runners.lib.entry.attempt`) and the compile cache's files it
-    added (``files_added``, counted where the device has them: :meth:`Device.cache_files`)."""
+    :func:`~pytest_neuronsupport.runners.lib.entry.attempt`); graphs the run's runtime counted
+    itself (TorchNeuron's metrics) stand over inductor's counters."""
     if verdict is None or "phases" not in verdict:
         return verdict
     done = {k: v for k, v in verdict.items() if k not in TIMING_KEYS}
     compiles = (verdict.get("dynamo") or {}).get("_compile.compile_inner") or []
     done.update(phase_times(verdict["phases"], float(sum(compiles))))
-    done.update(device.graphs((verdict.get("counters") or {}).get("inductor") or {}, files_added))
+    counted = device.graphs((verdict.get("counters") or {}).get("inductor") or {})
+    done.update({k: v for k, v in counted.items() if done.get(k) is None})
     return done

@@ -16,7 +16,10 @@ a run whose load failed for a library transformers says is missing is retried on
 second run decides, and ``notes`` says so. A support row's ``checked_by`` (what its output was
 held against: ``cpu``, ``near-tie``, ``judge`` or ``none``) is decided here too, from its
 verdict's ``cpu_match``, ``english`` and ``check`` (:func:`checked_by`); an unchecked PASS says
-why at the end of ``notes``. Then the ``pytest_neuronsupport_verdict`` hook may
+why at the end of ``notes``. A PASS whose run compiled no graph (``compiled`` false) is not a
+compiler PASS: every count of rows counts it apart (:func:`compiled_nothing`); the operators a
+row ran on the CPU (``cpu_ops``) are said with its result (:func:`cpu_ops_text`). Then the
+``pytest_neuronsupport_verdict`` hook may
 replace the result (the replaced one is kept in ``check``). In pytest, PASS passes, FAIL(...)
 fails and EXCLUDED is skipped.
 """
@@ -188,6 +191,37 @@ def unchecked_kind(row: Mapping[str, Any]) -> str | None:
     except ValueError:
         details = {}
     return unchecked_reason(details if isinstance(details, dict) else {})[0]
+
+
+#: How a PASS whose run compiled no graph is counted, apart from every other PASS.
+COMPILED_NOTHING = "PASS compiled nothing"
+
+
+def compiled_nothing(row: Mapping[str, Any]) -> bool:
+    """Whether a row is a PASS whose run compiled no graph (``compiled`` false): the model ran
+    as it is, which says nothing of the compiler."""
+    return row.get("result") == Result.PASS and row.get("compiled") is False
+
+
+def cpu_ops_text(row: Mapping[str, Any]) -> str | None:
+    """``3 operators on the CPU``: what a row's ``cpu_ops`` adds to its result (None: none ran
+    there, or the runtime cannot tell)."""
+    ops = row.get("cpu_ops")
+    if not ops:
+        return None
+    return f"{len(ops)} operator{'s' if len(ops) != 1 else ''} on the CPU"
+
+
+def result_text(row: Mapping[str, Any]) -> str:
+    """A row's result as people read it: ``PASS compiled nothing``, ``PASS unchecked``, and
+    ``, 3 operators on the CPU`` after it where some ran there."""
+    result = str(row.get("result"))
+    if compiled_nothing(row):
+        result = COMPILED_NOTHING
+    elif result == Result.PASS and unchecked_kind(row) is not None:
+        result = f"{result} unchecked"
+    ops = cpu_ops_text(row)
+    return f"{result}, {ops}" if ops else result
 
 
 def ending(outcome: Outcome) -> str:

@@ -10,7 +10,8 @@ models of a sweep (the Hub's top models) each architecture covers.
 Pairs are columns in the page's order (:func:`~.lookup.natural_key`: compiler by compiler,
 oldest version first). A pair's cell is the result of the line's one model there, or how many
 of its models came to each result (``2 PASS, 1 FAIL(gen)``); a PASS that compared nothing
-(``checked_by`` ``none``) counts as ``PASS unchecked``; ``-``: no model of the line was tested
+(``checked_by`` ``none``) counts as ``PASS unchecked``, one that compiled no graph as ``PASS
+compiled nothing``; ``-``: no model of the line was tested
 in that pair. The other cells list the distinct values over every pair shown (``-``: none
 recorded). Lines come by model type, then head class.
 
@@ -29,7 +30,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_neuronsupport.dataset.layout import DATA
-from pytest_neuronsupport.pipeline.classify import unchecked_kind
+from pytest_neuronsupport.pipeline.classify import (
+    COMPILED_NOTHING,
+    compiled_nothing,
+    unchecked_kind,
+)
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.failures import group_failures
 from pytest_neuronsupport.views.lookup import latest_rows, natural_key, pairs, resolve_pair
@@ -95,6 +100,8 @@ def _chosen(results: Path, names: Sequence[str]) -> list[str]:
 
 def _result(row: Mapping[str, Any]) -> str:
     result = str(row["result"])
+    if compiled_nothing(row):
+        return COMPILED_NOTHING
     return UNCHECKED if result == Result.PASS and unchecked_kind(row) is not None else result
 
 
@@ -105,7 +112,7 @@ def _results_cell(rows: Sequence[Mapping[str, Any]]) -> str:
     if len(rows) == 1:
         return _result(rows[0])
     counts = Counter(_result(row) for row in rows)
-    ordered = sorted(counts, key=lambda r: (_ORDER.get(r.removesuffix(" unchecked"), 99), r))
+    ordered = sorted(counts, key=lambda r: (_ORDER.get(r.split(" ")[0], 99), r))
     return ", ".join(f"{counts[result]} {result}" for result in ordered)
 
 

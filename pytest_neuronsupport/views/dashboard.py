@@ -6,7 +6,9 @@ performance rows (``perf/``):
 
 - **pass rate**: PASS over the models tested (every model whose latest row is not
   ``EXCLUDED``); a PASS that compared nothing (``checked_by`` ``none``) counts as a PASS and
-  is counted apart (``unchecked``); then the models per result;
+  is counted apart (``unchecked``); a PASS whose run compiled no graph (``compiled`` false)
+  is not a compiler PASS: counted apart (``compiled_nothing``), not in the pass rate; then
+  the models per result;
 - **speedup**: the geometric mean over the models benchmarked of each model's compiled/eager
   speedup (``speedup_vs_eager`` of its PASS configurations, a geometric mean when it has
   several), its spread (the geometric standard deviation, a factor, and the lowest and highest);
@@ -51,7 +53,7 @@ from pytest_neuronsupport.dataset.layout import DATA, data_files
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
-from pytest_neuronsupport.pipeline.classify import unchecked_kind
+from pytest_neuronsupport.pipeline.classify import compiled_nothing, unchecked_kind
 from pytest_neuronsupport.runners.lib.measures import percentile
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.lookup import natural_key, split_models
@@ -109,6 +111,7 @@ class Metric:
 METRICS: Final = (
     Metric("pass_rate", "pass rate", percent=True),
     Metric("unchecked", "PASS unchecked"),
+    Metric("compiled_nothing", "PASS compiled nothing"),
     Metric("speedup", "speedup (geomean)", "x"),
     Metric("compile_mean_s", "compile time (mean)", " s"),
     Metric("compile_p90_s", "compile time (P90)", " s"),
@@ -128,6 +131,8 @@ class ModelFigures:
     model_id: str
     result: str | None = None
     unchecked: bool = False
+    #: A PASS whose run compiled no graph: not a compiler PASS (not in the pass rate).
+    compiled_nothing: bool = False
     compile_s: float | None = None
     compile_from: str | None = None
     """Where ``compile_s`` comes from: ``support`` (the row's own) or ``perf`` (benchmarks)."""
@@ -283,7 +288,11 @@ def _pair_figures(
         figures[model_id] = ModelFigures(
             model_id=model_id,
             result=result,
-            unchecked=row is not None and result == Result.PASS and unchecked_kind(row) is not None,
+            unchecked=row is not None
+            and result == Result.PASS
+            and unchecked_kind(row) is not None
+            and not compiled_nothing(row),
+            compiled_nothing=row is not None and compiled_nothing(row),
             compile_s=compile_s,
             compile_from=None if compile_s is None else ("support" if own is not None else "perf"),
             speedup=bench.get("speedup"),
@@ -336,16 +345,18 @@ def _summary(figures: Sequence[ModelFigures]) -> _Summary:
     compiles = [f.compile_s for f in figures if f.compile_s is not None]
     memory = [f.memory_ratio for f in figures if f.memory_ratio is not None]
     breaks = [f.graph_breaks for f in rows if f.graph_breaks is not None]
+    nothing = sum(f.compiled_nothing for f in rows)
     metrics: dict[str, float | None] = {
-        "pass_rate": counts[Result.PASS] / tested if tested else None,
+        "pass_rate": (counts[Result.PASS] - nothing) / tested if tested else None,
         "unchecked": float(sum(f.unchecked for f in rows)),
+        "compiled_nothing": float(nothing),
         "speedup": _geomean(speedups),
         "compile_mean_s": statistics.fmean(compiles) if compiles else None,
         "compile_p90_s": percentile(compiles, 90) if compiles else None,
         "memory_ratio": _geomean(memory),
         "graph_breaks": float(sum(breaks)) if breaks else None,
     }
-    made_of = (tested, tested, len(speedups), len(compiles), len(compiles), len(memory))
+    made_of = (tested, tested, tested, len(speedups), len(compiles), len(compiles), len(memory))
     models = dict(zip((m.key for m in METRICS), (*made_of, len(breaks)), strict=True))
     return _Summary(metrics, {r.value: counts[r.value] for r in Result}, models, speedups)
 
@@ -533,7 +544,7 @@ def grid(board: Dashboard) -> Grid:
     ]
     for metric in METRICS:
         lines.append((metric.name, *(_cell(column, metric) for column in columns)))
-        if metric.key == "unchecked":
+        if metric.key == "compiled_nothing":
             for result in Result:
                 lines.append((result.value, *(_count_cell(column, result) for column in columns)))
     return Grid("", ("", *(column.pair for column in columns)), tuple(lines))
@@ -596,6 +607,7 @@ def history(board: Dashboard) -> dict[str, list[dict[str, Any]]]:
                     "pair": column.pair,
                     "result": f.result,
                     "unchecked": f.unchecked,
+                    "compiled_nothing": f.compiled_nothing,
                     "compile_s": f.compile_s,
                     "speedup": f.speedup,
                 }

@@ -22,7 +22,12 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
 from pytest_neuronsupport.dataset.store import latest_positions, read_table
-from pytest_neuronsupport.pipeline.classify import own_error, unchecked_kind, why_failed
+from pytest_neuronsupport.pipeline.classify import (
+    own_error,
+    result_text,
+    unchecked_kind,
+    why_failed,
+)
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -126,7 +131,9 @@ def lookup(results: Path, model: str) -> list[str]:
     One block per model; in it one line per pair, newest compiler first: pair, result, cores,
     wall time, peak memory against capacity, the start of ``notes`` or ``error``, and where
     the run.py is; a PASS whose output was compared with nothing is ``PASS unchecked``, with
-    why. No match gives a single line saying so.
+    why, one whose run compiled no graph ``PASS compiled nothing``, and one that ran operators
+    on the CPU ``PASS, 3 operators on the CPU`` (named on a line of their own). No match gives a
+    single line saying so.
     """
     needle = model.lower()
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -151,15 +158,17 @@ def lookup(results: Path, model: str) -> list[str]:
         for pair, row in entries:
             wall = "-" if row.get("wall_s") is None else duration(row["wall_s"])
             why = first_line(own_error(row.get("error")) or row.get("notes"), 100)
-            result, kind = str(row["result"]), unchecked_kind(row)
-            if kind is not None and result == Result.PASS:
-                result, why = f"{result} unchecked", f"({kind}) {why or ''}".rstrip()
+            result, kind = result_text(row), unchecked_kind(row)
+            if kind is not None and result.startswith(f"{Result.PASS} unchecked"):
+                why = f"({kind}) {why or ''}".rstrip()
             lines.append(
                 f"  {pair:<40} {result:<13} cores={row.get('neuron_cores') or '-'} "
                 f"wall={wall} mem={_memory(row)}" + (f"  {why}" if why else "")
             )
             if (times := phases_line(row)) is not None:
                 lines.append(f"  {'':<40} {times}")
+            if row.get("cpu_ops"):
+                lines.append(f"  {'':<40} on the CPU: {', '.join(row['cpu_ops'])}")
             script = run_py_path(results, pair + _PARQUET, model_id)
             lines.append(f"  {'':<40} run.py: {script if script.is_file() else '(not here)'}")
     return lines

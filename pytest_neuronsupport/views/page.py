@@ -32,7 +32,7 @@ import jinja2
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
-from pytest_neuronsupport.pipeline.classify import own_error
+from pytest_neuronsupport.pipeline.classify import compiled_nothing, own_error
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.dashboard import dashboard, history, page_dashboard
@@ -65,6 +65,8 @@ _FIELDS: Final = (
     "graph_count",
     "graph_breaks",
     "graph_break_reasons",
+    "compiled",
+    "cpu_ops",
     "repro_py",
     "repro_ops_before",
     "repro_ops_after",
@@ -273,7 +275,11 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         legend=legend,
         counts=[{**entry, "count": counts[entry["value"]]} for entry in legend],
         models=len({row["model_id"] for row in rows}),
-        unchecked=sum(r["result"] == Result.PASS and r["checked_by"] == "none" for r in rows),
+        unchecked=sum(
+            r["result"] == Result.PASS and r["checked_by"] == "none" and r["compiled"] is not False
+            for r in rows
+        ),
+        compiled_nothing=sum(compiled_nothing(r) for r in rows),
         pairs=[bar["label"] for bar in chart["bars"]],
         tasks=tasks,
         chart=chart,

@@ -17,6 +17,9 @@ import sys
 
 import torch
 
+#: TorchNeuron's switch of fallback execution (1: a graph that fails to compile raises).
+FALLBACK = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+
 
 class CpuOps:
     """The CPU: nothing to set up, reset or wait for; peak memory is the peak resident set."""
@@ -75,15 +78,28 @@ class CudaRankOps(CudaOps):
 
 
 class NeuronOps:
-    """TorchNeuron: importing torch_neuronx registers the ``neuron`` device and backend; peak
-    memory from ``torch.neuron``'s counters."""
+    """TorchNeuron, fallback execution off whatever the environment says (a failed compile
+    raises); peak memory from ``torch.neuron``; what ran on the CPU, from its op tracking."""
 
     def __init__(self) -> None:
-        importlib.import_module("torch_neuronx")
+        os.environ[FALLBACK] = "1"
+        self.neuronx = importlib.import_module("torch_neuronx")
+        getattr(self.neuronx, "clear_op_tracking", dict)()
 
     reset_peak = staticmethod(lambda: torch.neuron.reset_peak_memory_stats())  # type: ignore[attr-defined]
     synchronize = staticmethod(lambda: torch.neuron.synchronize())  # type: ignore[attr-defined]
     peak_gb = staticmethod(lambda: float(torch.neuron.max_memory_allocated()) / 1e9)  # type: ignore[attr-defined]
+    compile_options = staticmethod(lambda b: {"fallback_execution": False} if b == "neuron" else {})
+
+    def report(self) -> dict[str, object]:
+        """The row's ``cpu_ops``, ``fallback_execution``, and from the dynamo metrics
+        ``graphs_compiled`` and ``backend_compile_s`` (null: this TorchNeuron does not say)."""
+        n, done = self.neuronx, dict[str, object](fallback_execution=os.environ[FALLBACK] == "0")
+        done["cpu_ops"] = sorted(n.get_fallback_ops()) if hasattr(n, "get_fallback_ops") else None
+        if hasattr(n, "get_dynamo_metrics"):
+            us = [getattr(m, "torch_neuronx_compile_us", None) for m in n.get_dynamo_metrics()]
+            done.update(graphs_compiled=len(us), backend_compile_s=sum(u or 0 for u in us) / 1e6)
+        return done
 
 
 class NeuronRankOps(NeuronOps):

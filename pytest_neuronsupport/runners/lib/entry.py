@@ -47,17 +47,23 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
 
 def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:
     """Set the device up and run the model, its graphs and graph breaks counted; a classified
-    failure becomes the verdict, with where it was raised. With it, what the row's phase times
-    are made of (:func:`~pytest_neuronsupport.runners.lib.protocol.phase_times`): when each
-    phase began, and the end; dynamo's own accounting of its compile times (the seconds of each
-    frame it compiled, ``_compile.compile_inner``: tracing, lowering, the backend's compile) and
-    its counters (inductor's FX graph cache's hits and misses)."""
+    failure becomes the verdict, with where it was raised. With it, what the device's runtime
+    says of the run (``ops.report()``: TorchNeuron's operators on the CPU...), whether a graph
+    was compiled at all, and what the row's phase times are made of
+    (:func:`~pytest_neuronsupport.runners.lib.protocol.phase_times`): when each phase began,
+    and the end; dynamo's own accounting of its compile times (the seconds of each frame it
+    compiled, ``_compile.compile_inner``: tracing, lowering, the backend's compile) and its
+    counters (inductor's FX graph cache's hits and misses)."""
     torch.manual_seed(0)
-    ops, count = ops_class(), GraphCount(params["backend"])  # the first sets the device up
+    ops = ops_class()  # sets the device up
+    options: dict[str, Any] = getattr(ops, "compile_options", lambda b: {})(params["backend"])
+    count = GraphCount(params["backend"], options)
     try:
         verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
         verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
+    said: dict[str, Any] = getattr(ops, "report", dict)()
+    said["compiled"] = count.graphs > 0 and said.get("graphs_compiled") != 0
     marks, utils = [*PHASES, ("", time.perf_counter())], torch._dynamo.utils
     times = dict(phases=marks, dynamo=utils.compilation_time_metrics, counters=utils.counters)
-    return None if verdict is None else {**verdict, **count.fields(failure), **times}
+    return None if verdict is None else {**verdict, **count.fields(failure), **said, **times}

@@ -24,18 +24,19 @@ NOT_COMPILER = tuple("__main__ transformers torch.nn torch._dynamo torch.utils c
 
 class GraphCount:
     """A ``torch.compile`` backend that counts graphs and graph breaks, then compiles with
-    ``backend`` (a registered name or a callable)."""
+    ``backend`` (a registered name or a callable), given ``options`` where there are any."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, options: dict[str, Any] | None = None) -> None:
         self.backend, self.compiler = backend, lookup_backend(backend)
         self.__name__ = backend if isinstance(backend, str) else self.compiler.__name__
         self.graphs, self.breaks = 0, list[str]()
+        self.options = {"options": options} if options else {}  # the backend's own options
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         self.graphs += 1
         if (reason := getattr(gm, "compile_subgraph_reason", None)) and reason.graph_break:
             self.breaks.append(break_reason(reason.reason, reason.user_stack))
-        return self.compiler(gm, example_inputs)
+        return self.compiler(gm, example_inputs, **self.options)
 
     def fields(self, failure: BaseException | None) -> dict[str, Any]:
         """The row's ``graph_count``, ``graph_breaks``, ``graph_break_reasons`` (and ``notes``

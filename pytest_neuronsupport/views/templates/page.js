@@ -71,6 +71,20 @@
     return el("span", `badge res-${slugs.get(result) || "other"}`, result);
   }
 
+  function resultCell(row) {
+    // what the row's own columns add to its result: "PASS compiled nothing" (no graph was
+    // compiled: not a compiler PASS), "PASS, 3 operators on the CPU"
+    const extra = [];
+    if (row.result === "PASS" && row.compiled === false) {
+      extra.push(" compiled nothing");
+    }
+    const ops = row.cpu_ops || [];
+    if (ops.length > 0) {
+      extra.push(`, ${ops.length} operator${ops.length === 1 ? "" : "s"} on the CPU`);
+    }
+    return extra.length > 0 ? el("span", null, badge(row.result), ...extra) : badge(row.result);
+  }
+
   function pairCell(pair) {
     // wraps only between the compiler and the library
     const [compiler, library] = pair.split(" / ");
@@ -91,7 +105,7 @@
       "row",
       el("td", "col-rank num", row.selection_rank === null ? "" : row.selection_rank),
       el("td", "model-cell", open),
-      el("td", "result", badge(row.result)),
+      el("td", "result", resultCell(row)),
       pairCell(row.pair),
       el("td", "task", row.task),
       el("td", "cores num", dash(row.neuron_cores)),
@@ -187,6 +201,7 @@
       device_backend: [row.device, row.backend].filter(Boolean).join(" / "),
       check: prettyJson(row.check),
       graphs: row.graph_count === null ? null : `${row.graph_count} / ${dash(row.graph_breaks)}`,
+      cpu_ops_text: row.cpu_ops === null ? null : row.cpu_ops.join(", ") || "none",
       graph_break_reasons: (row.graph_break_reasons || []).join("\n") || null,
       repro_ops: reproOps(row),
     };
@@ -216,6 +231,9 @@
         let result = entry.result === null ? "—" : badge(entry.result);
         if (entry.result !== null && entry.unchecked) {
           result = el("span", null, badge(entry.result), " unchecked");
+        }
+        if (entry.result !== null && entry.compiled_nothing) {
+          result = el("span", null, badge(entry.result), " compiled nothing");
         }
         return el(
           "tr",
