@@ -81,6 +81,8 @@ class Outcome:
     reason: str | None = None
     #: The run's peak resident memory, watched only under a memory limit.
     peak_rss_gb: float | None = None
+    #: The device's cores it held times its seconds (set on the model's path, for its row).
+    core_s: float | None = None
 
     @property
     def signal_name(self) -> str | None:

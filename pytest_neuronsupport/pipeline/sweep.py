@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,11 @@ from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.runners.lib.protocol import (
+    REFERENCE_ENV,
+    REFERENCE_FAILED_ENV,
+    REFERENCE_ONLY_ENV,
+)
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
@@ -157,6 +162,15 @@ class Sweep:
             core_capacity_gb=s.core_capacity_gb,
         )
 
+    def environment(self, defaults: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+        """A run's environment: the sweep's over ``defaults``, the device's, then ``env``."""
+        environment = {**defaults, **os.environ}
+        environment.update(self.settings.device.run_env(self.settings.cache))
+        for name in (REFERENCE_ENV, REFERENCE_ONLY_ENV, REFERENCE_FAILED_ENV):
+            environment.pop(name, None)  # the model's own, in ``env``, or none
+        environment.update(env)
+        return environment
+
     def run_isolated(
         self,
         script: Path,
@@ -172,12 +186,10 @@ class Sweep:
         environment over ``defaults``, the device's, then ``env``; its verdict and log in
         ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
         of packages imported before the environment's; ``step``: what the status says it runs
-        (a benchmark's configuration...), before the run's own phase."""
+        (a benchmark's configuration...), before the run's own phase. Only
+        :func:`~pytest_neuronsupport.pipeline.modelrun.run_script` calls it."""
         s = self.settings
-        environment = {**defaults, **os.environ}
-        environment.update(s.device.run_env(s.cache))
-        environment.pop(REFERENCE_ENV, None)
-        environment.update(env or {})
+        environment = self.environment(defaults, env or {})
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
         with self.allocator.lease(cores) as lease:
@@ -185,19 +197,40 @@ class Sweep:
             log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
             self.phases.mark(step, log=log)
             environment.update(s.device.pin_env(lease.cores))
-            request = RunRequest(
-                script=script,
-                cwd=s.workdir,
-                env=environment,
-                verdict_path=script.parent / names[0],
-                log_path=log,
-                timeout_s=timeout_s or s.timeout_s,
-                max_memory_gb=s.max_memory_gb,
-                cpus=s.device.cpus(lease.cores),
-                python_path=() if overlay is None else (overlay,),
-            )
+            request = self.request(script, environment, names, timeout_s, overlay)
+            request = replace(request, cpus=s.device.cpus(lease.cores))
 
             def started(pid: int) -> None:
                 self.allocator.add_pid(lease, pid)  # the run holds the lease too
 
             return self.executor.run(request, started=started)
+
+    def run_unleased(
+        self, script: Path, overlay: Path | None, env: Mapping[str, str], names: tuple[str, str]
+    ) -> Outcome:
+        """Run ``script`` isolated on the host, holding no core (a CPU reference's pass): the
+        sweep's environment and ``env``, the sweep's timeout."""
+        environment = self.environment(RUN_ENV, env)
+        (script.parent / names[1]).unlink(missing_ok=True)
+        return self.executor.run(self.request(script, environment, names, None, overlay))
+
+    def request(
+        self,
+        script: Path,
+        environment: dict[str, str],
+        names: tuple[str, str],
+        timeout_s: float | None,
+        overlay: Path | None,
+    ) -> RunRequest:
+        """The isolated run of ``script`` (not pinned), its verdict and log in ``names``."""
+        s = self.settings
+        return RunRequest(
+            script=script,
+            cwd=s.workdir,
+            env=environment,
+            verdict_path=script.parent / names[0],
+            log_path=script.parent / names[1],
+            timeout_s=timeout_s or s.timeout_s,
+            max_memory_gb=s.max_memory_gb,
+            python_path=() if overlay is None else (overlay,),
+        )
