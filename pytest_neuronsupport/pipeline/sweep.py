@@ -20,6 +20,7 @@ from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
@@ -137,7 +138,9 @@ class Sweep:
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
         self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
-        return resolve_checkpoint(value, None, self.settings.cache)[0]
+        judge = resolve_checkpoint(value, None, self.settings.cache)[0]
+        prefetch.fetch_judge(judge)  # a Hub judge's files: runs are offline
+        return judge
 
     # --- what every mode does -----------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class Sweep:
         s = self.settings
         environment = {**defaults, **os.environ}
         environment.update(s.device.run_env(s.cache))
+        environment.update(prefetch.RUN_ENV)  # its files were fetched before the lease
         environment.pop(REFERENCE_ENV, None)
         environment.update(env or {})
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
