@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_neuronsupport import zoo
 from pytest_neuronsupport.minihub import MiniHub
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.prefetch import Prefetcher, chosen, fetch, files
+from tests.sweeping import SweepRunner
 
 CONFIG = json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}).encode()
 
@@ -170,3 +172,43 @@ def test_a_download_failure_is_the_models_load_or_the_hubs_fault(
     ok = prefetch.before_lease("org/ok", None, True, tmp_path, url)
     assert (ok.error, ok.fault) == (None, None) and ok.columns == {"download_s": ok.download_s}
     assert prefetch.before_lease("/a/folder", None, False, tmp_path) == prefetch.Fetched()
+
+
+@pytest.mark.slow
+def test_a_sweep_fetches_the_next_model_while_one_runs_and_its_runs_ask_the_hub_nothing(
+    sweep: SweepRunner, minihub: MiniHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the sweep fixture set it
+    gpt2 = zoo.ensure_built("gpt2", sweep.cache)
+    for repo_id in ("org/first", "org/second"):
+        minihub.add_model(repo_id, gpt2, pipeline_tag="text-generation")
+    without = {p.name: p.read_bytes() for p in gpt2.iterdir() if p.suffix != ".safetensors"}
+    minihub.add_model("org/noweights", files=without, pipeline_tag="text-generation")
+    second = Path(constants.HF_HUB_CACHE) / "models--org--second" / "snapshots" / "*"
+    saw = sweep.path / "saw.txt"
+    # the first model's run waits, holding its core, until the second's weights are cached
+    monkeypatch.setenv("NEURONSUPPORT_TEST_WAIT_FOR", str(second / "model.safetensors"))
+    monkeypatch.setenv("NEURONSUPPORT_TEST_SAW", str(saw))
+    done = sweep.run(
+        "org/first",
+        "org/second",
+        "org/noweights",
+        {"id": "org/gone", "runner": "run_dense"},
+        backend="backends_for_tests:waits_for_prefetch_backend_for_tests",
+        args=["--neuron-judge", "none"],
+    )
+    first, second_row = done.row("org/first"), done.row("org/second")
+    assert (first["result"], second_row["result"]) == ("PASS", "PASS"), first["error"]
+    assert saw.read_text().split() and set(saw.read_text().split()) == {"present"}
+    assert first["download_s"] is not None and second_row["download_s"] is not None
+    assert "'checkpoint': 'org/first'" in first["run_py"]  # the Hub id, as before
+    # no weights: the run meets it, offline, as from_pretrained says it
+    noweights = done.row("org/noweights")
+    assert noweights["result"] == "FAIL(load)" and noweights["run_py"]
+    gone = done.row("org/gone")  # its config unread (the runner is given): its download fails
+    assert gone["result"] == "FAIL(load)" and "RepositoryNotFoundError" in gone["error"]
+    # the runs (transformers' requests) asked the Hub nothing: the sweep fetched before them
+    agents = [h.get("user-agent", "") for h in minihub.request_headers]
+    assert agents and not [a for a in agents if "transformers/" in a or "file_type/" in a]
