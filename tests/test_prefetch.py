@@ -152,9 +152,13 @@ def test_upcoming_is_hub_entries_to_run_in_start_order() -> None:
         spec("org/recorded"),
         spec("org/a"),
     ]
-    recorded = {"org/recorded": {}}.get
-    assert [s.id for s in prefetch.upcoming(specs, recorded, False, None)] == ["org/b", "org/a"]
-    assert [s.id for s in prefetch.upcoming(specs, recorded, True, 2)] == ["org/b", "org/recorded"]
+    recorded: dict[str, object] = {"org/recorded": {}}
+    recorded_row = recorded.get
+    assert [s.id for s in prefetch.upcoming(specs, recorded_row, False, None)] == ["org/b", "org/a"]
+    assert [s.id for s in prefetch.upcoming(specs, recorded_row, True, 2)] == [
+        "org/b",
+        "org/recorded",
+    ]
 
 
 def test_a_download_failure_is_the_models_load_or_the_hubs_fault(
