@@ -139,6 +139,8 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         *(pa.field(name, pa.float64()) for name in FP64_COLUMNS),
         # the device's cores held, times the seconds (appended: older files load it null)
         pa.field("core_s", pa.float64()),
+        # the download of its files before its lease (appended: older files load it null)
+        pa.field("download_s", pa.float64()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -369,6 +371,12 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     "fp64_tolerance": (
         "The largest `fp64_error_device` that passes: `3 * fp64_error_eager` plus a floor of "
         "the dtype's epsilon (see the output check in the runners' documentation)."
+    ),
+    "download_s": (
+        "Seconds of fetching a Hub checkpoint's files into the local cache before the run "
+        "leased its cores (not in `wall_s`: no core waited for it); near 0 when they were "
+        "there already (downloaded ahead while other models ran); null for a local checkpoint "
+        "or offline."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

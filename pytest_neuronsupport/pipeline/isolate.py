@@ -276,6 +276,11 @@ def _forked_run(
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    hub: Any = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:  # read when the server imported it: the run's is offline (prefetched)
+        hub.HF_HUB_OFFLINE = hub._is_true(
+            env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
+        )
     if cpus is not None:
         import torch
 

@@ -21,6 +21,7 @@ from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
 from pytest_neuronsupport.pipeline.leases import CoreAllocator
@@ -142,7 +143,9 @@ class Sweep:
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
         self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
-        return resolve_checkpoint(value, None, self.settings.cache)[0]
+        judge = resolve_checkpoint(value, None, self.settings.cache)[0]
+        prefetch.fetch_judge(judge)  # a Hub judge's files: runs are offline
+        return judge
 
     # --- what every mode does -----------------------------------------------------------------
 
@@ -166,6 +169,7 @@ class Sweep:
         """A run's environment: the sweep's over ``defaults``, the device's, then ``env``."""
         environment = {**defaults, **os.environ}
         environment.update(self.settings.device.run_env(self.settings.cache))
+        environment.update(prefetch.RUN_ENV)  # its files were fetched before: nothing asks the Hub
         for name in (REFERENCE_ENV, REFERENCE_ONLY_ENV, REFERENCE_FAILED_ENV):
             environment.pop(name, None)  # the model's own, in ``env``, or none
         environment.update(env)
