@@ -1,5 +1,5 @@
 """A sweep's progress on pytest's terminal: a plugin object of its own, registered by the
-session (:func:`pytest_neuronsupport.session.configure`).
+session (:meth:`~pytest_neuronsupport.session.SweepSession.register`).
 
 In the default verbosity each finished model gets a line (:func:`.report.model_line`) instead
 of pytest's letters, and a status ticks on the last line of a terminal, or is a line now and

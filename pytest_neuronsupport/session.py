@@ -1,11 +1,11 @@
 """The sweep session: the state of one sweep (its journal, its rows per table, its problems),
 and thin hooks.
 
-``plugin.py`` calls :func:`configure` in ``pytest_configure`` (only with ``--neuron-sweep``),
-which registers one :class:`SweepSession` as a plugin, beside the progress display
-(:class:`~pytest_neuronsupport.display.ProgressDisplay`) and junit's skip mend
-(:class:`~pytest_neuronsupport.outcomes.JunitSkips`). Each hook method is a few lines that hand
-the work to a plain module: collection to :mod:`collect`, a model's test to
+``plugin.py`` calls :func:`.configure.configure` in ``pytest_configure`` (only with
+``--neuron-sweep``), which makes one :class:`SweepSession`; the session registers itself as a
+plugin (:meth:`SweepSession.register`), beside the progress display (:mod:`display`) and junit's
+skip mend (:class:`~pytest_neuronsupport.outcomes.JunitSkips`). Each hook method is a few lines
+that hand the work to a plain module: collection to :mod:`collect`, a model's test to
 :mod:`pytest_neuronsupport.modes`, its pytest outcome to :mod:`outcomes`, rows to the results
 store (:mod:`dataset.results`) and the journal, the Hub cache's bound to :mod:`hub`, the
 selection's ranks to :mod:`selection`, texts to :mod:`report`.
@@ -18,7 +18,6 @@ results. Without xdist the one process does both.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -30,7 +29,6 @@ from pytest_neuronsupport import (
     baseline,
     collect,
     hub,
-    modes,
     outcomes,
     report,
     selection,
@@ -42,9 +40,9 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.results import Results, ResultsError, open_results
+from pytest_neuronsupport.dataset.results import Results, ResultsError
 from pytest_neuronsupport.dataset.schema import SUPPORT
-from pytest_neuronsupport.dataset.tables import register, table_named
+from pytest_neuronsupport.dataset.tables import table_named
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ModelSpec
@@ -59,67 +57,6 @@ from pytest_neuronsupport.stack import LIBRARY, installed_stack
 #: What the session does not keep of a recorded row (the journal and the dataset have it; the
 #: summary, the baseline and the progress never read it): the scripts' text, the raw timings.
 UNKEPT = frozenset({"run_py", "repro_py", "timings"})
-
-
-def configure(config: pytest.Config) -> SweepSession:
-    """The sweep's session, from the options: settings, runners, modes, the model lists as
-    the session's collection arguments, the baseline; registered as a plugin. Bad options are
-    a ``UsageError`` naming them."""
-    from pytest_neuronsupport.backends import check_backend
-    from pytest_neuronsupport.runners import entry_point_runners
-    from pytest_neuronsupport.settings import settings_from
-
-    config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
-    xdist.tie_to_controller(config)
-    settings = settings_from(config)
-    try:
-        store = open_results(settings.results, settings.shared)
-    except ResultsError as exc:
-        raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
-    if not xdist.is_worker(config):
-        problem = check_backend(settings.backend, settings.device, settings.workdir)
-        if problem:
-            raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
-        problem = settings.device.check(os.environ)  # what the runs inherit
-        if problem:
-            device = settings.device.name
-            raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
-    try:
-        hook = config.hook
-        added = [*entry_point_runners(), *users(hook.pytest_neuronsupport_runners, config)]
-        runners = Runners.builtin().extended(added)
-        sweep_modes = [*modes.builtin_modes(), *users(hook.pytest_neuronsupport_modes, config)]
-        for mode in sweep_modes:
-            register(mode.table)
-    except (TypeError, ValueError) as exc:
-        raise pytest.UsageError(f"neuronsupport: runners and modes: {exc}") from None
-    # The model lists are what the session collects, beside any path given explicitly.
-    explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
-    config.args = [str(p) for p in settings.lists] + list(explicit)
-    try:
-        expected = baseline.load(settings.baseline, settings.baseline_uri)
-    except baseline.BaselineError as exc:
-        raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
-    session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
-    register_plugins(config, session)
-    return session
-
-
-def register_plugins(config: pytest.Config, session: SweepSession) -> None:
-    """The session, then the progress display (its hooks run before the session's where both
-    come first: the status stops before the merge), junit's skip mend, and xdist's hooks."""
-    display = ProgressDisplay(config, session)
-    config.pluginmanager.register(session, "neuronsupport-session")
-    config.pluginmanager.register(display, "neuronsupport-display")
-    config.pluginmanager.register(outcomes.JunitSkips(config), "neuronsupport-junit-skips")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(xdist.XdistHooks(session, display), "neuronsupport-xdist")
-
-
-def users(hook: Any, config: pytest.Config) -> list[Any]:
-    """What the users' implementations of a hook that returns a list (runners, modes) return,
-    in one list."""
-    return [item for items in hook(config=config) for item in items]
 
 
 @dataclass(eq=False)  # a plugin must stay hashable
@@ -156,12 +93,19 @@ class SweepSession:
         return hub.CacheBound(self.settings.hub_cache_max_gb, self.settings.judge)
 
     @property
-    def sweep_id(self) -> str:
-        return self.sweep.sweep_id
-
-    @property
     def controller(self) -> bool:
         return not xdist.is_worker(self.config)
+
+    def register(self) -> None:
+        """Register the session as a plugin, then the progress display (where both hooks come
+        first, the display's runs first: the status stops before the merge), junit's skip mend,
+        and xdist's hooks where xdist is installed."""
+        plugins, display = self.config.pluginmanager, ProgressDisplay(self.config, self)
+        plugins.register(self, "neuronsupport-session")
+        plugins.register(display, "neuronsupport-display")
+        plugins.register(outcomes.JunitSkips(self.config), "neuronsupport-junit-skips")
+        if plugins.hasplugin("xdist"):
+            plugins.register(xdist.XdistHooks(self, display), "neuronsupport-xdist")
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -182,7 +126,8 @@ class SweepSession:
         travel to the controller."""
         rep = yield
         if isinstance(item, ModelItem) and call.when == "call":
-            self.attach(rep, item)
+            allowed = self.settings.baseline_allow_improvements
+            outcomes.attach(rep, item.outcomes, item.user_properties, self.baseline, allowed)
         return rep
 
     def pytest_collection_modifyitems(
@@ -248,11 +193,6 @@ class SweepSession:
         )
 
     # --- the state ---------------------------------------------------------------------------
-
-    def attach(self, rep: pytest.TestReport, item: ModelItem) -> None:
-        """Put a model's outcomes on its report, held against the baseline, if any."""
-        allowed = self.settings.baseline_allow_improvements
-        outcomes.attach(rep, item.outcomes, item.user_properties, self.baseline, allowed)
 
     def record(self, carried: list[ModeOutcome]) -> None:
         """Keep each outcome's rows, publish them (beyond the local folder, if the store goes
