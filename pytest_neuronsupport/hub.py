@@ -241,6 +241,8 @@ class CacheBound:
     models_done: set[str] = field(default_factory=set)
     #: ``(repo id, bytes)`` of each checkpoint evicted, in order.
     evicted: list[tuple[str, int]] = field(default_factory=list)
+    #: The Hub's cache (None: the client's).
+    cache_dir: Path | None = None
 
     @property
     def max_bytes(self) -> int | None:
@@ -249,10 +251,10 @@ class CacheBound:
     def done(self, model_id: str) -> None:
         """The model's runs ended: evict what the bound asks of the models done."""
         self.models_done.add(model_id)
-        limit = default_bound() if self.max_bytes is None else self.max_bytes
+        limit = default_bound(self.cache_dir) if self.max_bytes is None else self.max_bytes
         if limit is not None:
             judge = (self.judge or "").partition("@")[0]
-            self.evicted.extend(bound_cache(limit, self.models_done - {judge}))
+            self.evicted.extend(bound_cache(limit, self.models_done - {judge}, self.cache_dir))
 
     def notes(self) -> list[str]:
         """The summary's line of what was evicted (none: nothing was)."""
