@@ -1,4 +1,5 @@
-"""Expected results: a baseline file per pair, and each model's result held against it.
+"""Expected results: a baseline file per pair, and each model's result held against it (what
+that makes of a model's pytest outcome: :func:`pytest_neuronsupport.outcomes.baseline_outcome`).
 
 As PyTorch's dynamo CI holds each model against its expected-accuracy CSV: a model that passed
 and now fails, or fails in another phase, is a **regression**; one that now passes where it
@@ -51,6 +52,7 @@ __all__ = [
     "Expected",
     "Kind",
     "decide",
+    "load",
     "read",
     "write",
 ]
@@ -419,36 +421,15 @@ def breaks_change(expected: Expected | None, graph_breaks: int | None) -> str:
     return f"graph breaks {expected.graph_breaks} -> {graph_breaks}"
 
 
-def pytest_outcome(
-    expected: Expected | None,
-    actual: str,
-    allow_improvements: bool,
-    graph_breaks: int | None = None,
-) -> tuple[Kind, str, str] | None:
-    """How the baseline changes a model's pytest outcome: ``(kind, outcome, reason)``, or None.
+def load(path: Path | None, uri: str | None = None) -> Baseline | None:
+    """The baseline a sweep is held against: the file at ``uri`` (``hf://...``, downloaded
+    through the Hub's client) if given, else at ``path``; None when neither is. Raises
+    :class:`BaselineError` when it cannot be read, or downloaded."""
+    if uri is not None:
+        from pytest_neuronsupport.dataset.hub import HubError, download_file
 
-    The outcome is in pytest's own words for expectations: a failure the baseline expects is
-    ``"xfailed"``; an improvement is ``"xpassed"`` when improvements are allowed, else
-    ``"failed"`` (pytest's strict xfail); a regression is ``"failed"``, even for a model now
-    EXCLUDED. None: the outcome is the one without a baseline (PASS as expected, a new model).
-    """
-    kind = decide(expected, actual, graph_breaks)
-    if expected is None or kind is Kind.NEW:
-        return None
-    breaks = breaks_change(expected, graph_breaks)
-    was = f"the baseline expects {expected.result}" + (f" ({breaks})" if breaks else "")
-    failed = _failed(actual)
-    if kind in (Kind.SAME, Kind.FLAKY) and failed:
-        flaky = ", flaky" if kind is Kind.FLAKY else ""
-        return kind, "xfailed", f"{actual}: {was}{flaky}"
-    if kind is Kind.IMPROVEMENT:
-        if allow_improvements:  # fewer graph breaks in a model that still fails: xfailed
-            return kind, "xfailed" if failed else "xpassed", f"improvement: {actual}, {was}"
-        return kind, "failed", f"[XPASS(strict)] improvement: {actual}, {was}; update it"
-    if kind is Kind.REGRESSION:
-        return kind, "failed", f"regression: {actual}, {was}"
-    if kind is Kind.CHANGED:
-        if allow_improvements:
-            return (kind, "xfailed", f"changed: {actual}, {was}") if failed else None
-        return kind, "failed", f"changed: {actual}, {was}; update it"
-    return None
+        try:
+            path = download_file(uri)
+        except (HubError, ValueError) as exc:
+            raise BaselineError(str(exc)) from None
+    return None if path is None else read(path)

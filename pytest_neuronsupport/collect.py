@@ -4,8 +4,8 @@ The shape of pytest's own non-Python test example: a file collector yielding cus
 ``runtest``, ``repr_failure`` and ``reportinfo``. An item's test runs the entry's modes in order
 (:func:`pytest_neuronsupport.modes.test_entry`), each seeing the outcomes before it; the first
 mode's row decides whether the test passes, fails or is skipped
-(:func:`pytest_neuronsupport.report.pytest_outcome`), and every outcome goes on the item for the
-report.
+(:func:`pytest_neuronsupport.outcomes.pytest_outcome`), and every outcome goes on the item for
+the report.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_neuronsupport import modes as modes_
-from pytest_neuronsupport import report
+from pytest_neuronsupport import outcomes
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
 from pytest_neuronsupport.pipeline.sweep import Sweep
@@ -28,34 +28,10 @@ class ModelFailure(Exception):
 
 
 def skip_model(reason: str) -> NoReturn:
-    """Skip a model's test; its report is then named by the test, at no line (the session's
-    ``attach``), not at this line: pytest's own item location would need the entry's line,
-    which an entry of an inline list (``model = [{...}]``) has not."""
+    """Skip a model's test; its report is then named by the test, at no line
+    (:func:`.outcomes.attach`), not at this line: pytest's own item location would need the
+    entry's line, which an entry of an inline list (``model = [{...}]``) has not."""
     raise pytest.skip.Exception(reason)
-
-
-def mend_junit_skip(config: pytest.Config, report: pytest.TestReport) -> None:
-    """The text of junit's ``<skipped>`` of a model's skip named by its test at no line:
-    ``models.toml::zoo:x: reason``, where pytest's junitxml (which takes every skip to have a
-    line) wrote ``models.toml::zoo:x:None: reason``. Call it after junitxml's report hook."""
-    longrepr = report.longrepr
-    if (
-        not report.skipped
-        or hasattr(report, "wasxfail")  # an expected failure: junit says so without a text
-        or not isinstance(longrepr, tuple)
-        or longrepr[1] is not None
-    ):
-        return
-    from _pytest.junitxml import bin_xml_escape, xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:  # no --junitxml
-        return
-    where, _, reason = longrepr
-    text = bin_xml_escape(f"{where}: {reason.removeprefix('Skipped: ')}")
-    for element in xml.node_reporter(report).nodes:
-        if element.tag == "skipped":
-            element.text = text
 
 
 class ModelListFile(pytest.File):
@@ -133,7 +109,7 @@ class ModelItem(pytest.Item):
     def runtest(self) -> None:
         for outcome in modes_.test_entry(self.modes, self.sweep, self.spec):
             self.outcomes.append(outcome)  # kept as each mode ends: the report carries them
-        decided = report.pytest_outcome(self.outcomes)
+        decided = outcomes.pytest_outcome(self.outcomes)
         self.user_properties.extend(decided.properties)
         if decided.outcome == "failed":
             raise ModelFailure(decided.text)

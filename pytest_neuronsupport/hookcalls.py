@@ -1,6 +1,6 @@
 """How the mode loop calls its users' per-model hooks (declared in
 :mod:`pytest_neuronsupport.hookspec`) on each row; the runners' and the modes' hooks are called
-once, when the sweep is configured (:func:`pytest_neuronsupport.session.configure`)."""
+once, when the sweep is configured (:func:`pytest_neuronsupport.configure.configure`)."""
 
 from __future__ import annotations
 

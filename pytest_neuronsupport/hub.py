@@ -5,7 +5,8 @@ file download) before it says anything; a sweep would wait that long per model, 
 config, then its weights in ``run.py``). One request through the client's own session, without
 retries, tells at once, and the error names the endpoint. :func:`bound_cache` keeps the Hub's
 cache within ``--neuron-hub-cache-max``, or without it within what the disk holds
-(:func:`default_bound`: a floor of free space kept). Before a model's run,
+(:func:`default_bound`: a floor of free space kept); :class:`CacheBound` applies it over a
+sweep, as each model's runs end. Before a model's run,
 :func:`check_checkpoint` asks the Hub for its ``config.json`` (a HEAD, through the client): an
 answer 5xx, no answer in time or no connection is an environment fault
 (:class:`HubFault`, a :class:`~pytest_neuronsupport.faults.Fault`), not the model's
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -224,6 +226,40 @@ def eviction_line(evicted: Sequence[tuple[str, int]], max_bytes: int | None) -> 
     return f"hub cache: evicted {count}, {_size(total)}, after their runs to stay within " + (
         f"{bound}: {names}"
     )
+
+
+@dataclass
+class CacheBound:
+    """The Hub cache's bound over a sweep: once a model's runs end (:meth:`done`), the
+    checkpoints of the models done may be evicted (:func:`bound_cache`) to stay within
+    ``max_gb`` (``--neuron-hub-cache-max``; None: :func:`default_bound`), never the judge's;
+    what was evicted makes the summary's line (:meth:`notes`)."""
+
+    max_gb: float | None = None
+    #: The judge model (``repo[@revision]``), whose checkpoint every check needs again.
+    judge: str | None = None
+    models_done: set[str] = field(default_factory=set)
+    #: ``(repo id, bytes)`` of each checkpoint evicted, in order.
+    evicted: list[tuple[str, int]] = field(default_factory=list)
+    #: The Hub's cache (None: the client's).
+    cache_dir: Path | None = None
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self.max_gb is None else int(self.max_gb * GB)
+
+    def done(self, model_id: str) -> None:
+        """The model's runs ended: evict what the bound asks of the models done."""
+        self.models_done.add(model_id)
+        limit = default_bound(self.cache_dir) if self.max_bytes is None else self.max_bytes
+        if limit is not None:
+            judge = (self.judge or "").partition("@")[0]
+            self.evicted.extend(bound_cache(limit, self.models_done - {judge}, self.cache_dir))
+
+    def notes(self) -> list[str]:
+        """The summary's line of what was evicted (none: nothing was)."""
+        line = eviction_line(self.evicted, self.max_bytes)
+        return [] if line is None else [line]
 
 
 def _size(count: int) -> str:

@@ -2,10 +2,10 @@
 
 Without ``--neuron-sweep`` the plugin adds its options and its hookspecs, and nothing else: no
 collection, no hooks, no import of torch. With it, ``pytest_configure`` hands the configuration
-to :func:`pytest_neuronsupport.session.configure` (the settings of :mod:`options`, the runners
-and modes, built-in and the users', the model lists as the session's collection arguments),
-which registers a :class:`~pytest_neuronsupport.session.SweepSession`, whose hook methods do
-the rest.
+to :func:`pytest_neuronsupport.configure.configure` (the settings of :mod:`options`, the
+runners and modes, built-in and the users', the model lists as the session's collection
+arguments), which makes a :class:`~pytest_neuronsupport.session.SweepSession`; it registers
+itself and its companion plugins, whose hook methods do the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +32,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """With --neuron-sweep: the sweep's session, configured from the options."""
     if config.getoption("neuron_sweep"):
-        from pytest_neuronsupport.session import configure  # a plain run imports none of it
+        from pytest_neuronsupport.configure import configure  # a plain run imports none of it
 
         configure(config)

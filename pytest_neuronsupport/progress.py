@@ -1,6 +1,6 @@
 """A sweep's progress: one line per finished model, and a status with an estimate of the time left.
 
-Plain state and text, no terminal: :class:`~pytest_neuronsupport.session.SweepSession` writes
+Plain state and text, no pytest: :class:`~pytest_neuronsupport.display.ProgressDisplay` writes
 the lines through pytest's terminal reporter (on a terminal the status stays on one line; in a
 log it is a plain line now and then).
 

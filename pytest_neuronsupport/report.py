@@ -1,4 +1,6 @@
-"""How rows are shown to people: failure texts, junit properties, the terminal summary."""
+"""How rows are shown to people: failure, skip and fault texts, a finished model's line, the
+terminal summary. Which of them a model's test gets (passed, failed, skipped, the baseline's
+expectations, junit) is decided in :mod:`pytest_neuronsupport.outcomes`."""
 
 from __future__ import annotations
 
@@ -9,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_neuronsupport.baseline import Comparison
-from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
+from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.pipeline.classify import (
     COMPILED_NOTHING,
-    PYTEST_OUTCOMES,
     compiled_nothing,
     cpu_ops_text,
     own_error,
@@ -25,30 +26,6 @@ from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
 if TYPE_CHECKING:
     from pytest_neuronsupport.modes import ModeOutcome
-
-#: pytest's short letters of each outcome.
-LETTERS = {"passed": ".", "failed": "F", "skipped": "s"}
-
-#: Row fields carried by each test as junit properties (``--junitxml``), in this order; then
-#: every extra column a ``pytest_neuronsupport_row`` hook added.
-JUNIT_FIELDS = (
-    "model_id",
-    "result",
-    "runner",
-    "neuron_cores",
-    "cpu_match",
-    "english",
-    "checked_by",
-    "exclusion",
-    "wall_s",
-    "device",
-    "backend",
-    "compiler",
-    "compiler_version",
-    "library",
-    "library_version",
-    "run_py_sha256",
-)
 
 
 def failure_text(row: Mapping[str, Any], run_py: str | Path | None) -> str:
@@ -69,44 +46,18 @@ def fault_text(model_id: str, fault: str) -> str:
     return f"{model_id}: not tested, no row recorded: {fault}"
 
 
+def unreadable_text(path: Path, error: str, results: Path) -> str:
+    """The problem of a pair file a merge could not read: its rows wait in the journal."""
+    return (
+        f"{path} is unreadable and was left untouched ({error}); "
+        "its new rows are safe in the journal: repair the file or move it away, then "
+        f"`neuronsupport merge --results {results}` (or the next sweep) merges them"
+    )
+
+
 def skip_text(row: Mapping[str, Any]) -> str:
     """The reason an EXCLUDED model's test is skipped."""
     return f"EXCLUDED ({row.get('exclusion')}): {row.get('notes')}"
-
-
-def junit_properties(row: Mapping[str, Any]) -> list[tuple[str, object]]:
-    extras = sorted(name for name in row if name not in COLUMNS)
-    names = [*JUNIT_FIELDS, *extras]
-    return [(name, row[name]) for name in names if row.get(name) is not None]
-
-
-@dataclass(frozen=True)
-class PytestOutcome:
-    """What a model's test is in pytest: ``passed``, ``failed`` or ``skipped``, the text that
-    says why, and the junit properties of the row that decided it."""
-
-    outcome: str
-    text: str = ""
-    properties: list[tuple[str, object]] = field(default_factory=list)
-
-
-def pytest_outcome(outcomes: Sequence[ModeOutcome]) -> PytestOutcome:
-    """A model's test from its modes' outcomes: the first mode's row decides; an environment
-    fault fails it, naming the fault (no row); a first mode that ran nothing (unchanged, the
-    limit reached) skips it, unless a later mode ran (a benchmark of an unchanged model)."""
-    faulted = next((o for o in outcomes if o.fault is not None), None)
-    if faulted is not None:
-        return PytestOutcome("failed", fault_text(faulted.model_id, str(faulted.fault)))
-    first = outcomes[0] if outcomes else None
-    if first is None or not first.rows:
-        ran_later = any(outcome.rows for outcome in outcomes[1:])
-        if first is not None and first.reason is not None and not ran_later:
-            return PytestOutcome("skipped", first.reason)
-        return PytestOutcome("passed")
-    row = first.rows[0]
-    outcome = PYTEST_OUTCOMES[Result(row["result"])]
-    text = {"failed": failure_text(row, first.run_py), "skipped": skip_text(row)}.get(outcome)
-    return PytestOutcome(outcome, text or "", junit_properties(row))
 
 
 #: How an unchecked PASS (``checked_by`` = ``none``) is counted apart from checked ones.
@@ -182,31 +133,6 @@ def failure_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def skip_reason(rep: Any) -> str:
-    """The reason of a skipped test's report (pytest keeps it as ``(path, line, reason)``)."""
-    longrepr = rep.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    return first_line(str(longrepr or rep.outcome), 200)
-
-
-def junit_global_properties(config: Any, comparison: Comparison) -> None:
-    """The baseline's verdict as properties of the junit test suite (``--junitxml``): the
-    counts of each kind, and the models that fail it."""
-    from _pytest.junitxml import xml_key  # pytest's own store of its junit writer
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    xml.add_global_property("baseline", comparison.baseline.pair)
-    xml.add_global_property("baseline_ok", str(comparison.ok).lower())
-    for kind, count in comparison.counts().items():
-        xml.add_global_property(f"baseline_{kind.replace(' ', '_')}", count)
-    for entry in comparison.failing:
-        change = f"{entry.model_id}: {entry.expected} -> {entry.actual}"
-        xml.add_global_property(f"baseline_failing_{entry.kind}", change)
-
-
 def _no_facts(row: Mapping[str, Any]) -> list[str]:
     return []
 
@@ -225,10 +151,11 @@ LINE_FACTS = {TRAIN.name: _batches, SUPPORT.name: _compiled}
 
 
 def model_line(
-    model_id: str, outcomes: Sequence[ModeOutcome], rep: Any
+    model_id: str, outcomes: Sequence[ModeOutcome], outcome: str = "", reason: str = ""
 ) -> tuple[str, str, float | None]:
     """A finished model's line, the result it counts as in the progress, and its wall time:
-    by its first mode's row, else why nothing ran; then what the modes after it recorded
+    by its first mode's row, else why nothing ran (its test's ``outcome`` and the ``reason``
+    of its report, :func:`.outcomes.skip_reason`); then what the modes after it recorded
     (``perf: 2 PASS``: a benchmark ran, the support run unchanged or not)."""
     first = outcomes[0] if outcomes else None
     fault = next((o.fault for o in outcomes if o.fault is not None), None)
@@ -245,8 +172,8 @@ def model_line(
             wall_s = (wall_s or 0.0) + sum(later_s)
         return row_line(row, [*more, *then]), str(row["result"]), wall_s
     unchanged = first is not None and first.unchanged
-    result = UNCHANGED if unchanged else rep.outcome
-    why = "run.py as recorded" if unchanged else skip_reason(rep)
+    result = UNCHANGED if unchanged else outcome
+    why = "run.py as recorded" if unchanged else reason
     line = f"{result:<13} {model_id}  ({'; '.join([why, *then])})"
     return line, result, sum(later_s) if later_s else None
 

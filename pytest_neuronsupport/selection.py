@@ -11,15 +11,20 @@ weights downloaded) stay in the list with their category and reason, so the swee
 ``EXCLUDED`` row; they take no rank. Every entry is pinned to the repo's commit.
 
 The list written (by ``tomlkit``) is the TOML the sweep reads
-(:mod:`pytest_neuronsupport.modellist`).
+(:mod:`pytest_neuronsupport.modellist`). At a sweep's end, :func:`apply_ranks` rewrites the
+ranks of the pair's rows: ``selection_rank`` always means the latest selection.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from pytest_neuronsupport.runners import Runners
 
 __all__ = [
     "CARD_TASKS",
@@ -29,6 +34,7 @@ __all__ = [
     "Candidate",
     "Entry",
     "Limits",
+    "apply_ranks",
     "candidates",
     "exclusion",
     "list_text",
@@ -238,3 +244,25 @@ def list_text(entries: Sequence[Entry], header: Mapping[str, object]) -> str:
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def apply_ranks(lists: Iterable[Path], runners: Runners, target: Path) -> str | None:
+    """When the ``lists`` carry a selection, ``selection_rank`` means the latest one: every
+    row of the pair file ``target`` gets its model's rank in these lists, or null if it has
+    none. Returns the problem to report when the file could not be read (None: done, or no
+    selection, or a list that collection has already said is wrong)."""
+    from pytest_neuronsupport.dataset.store import UnreadableResultsError, set_selection
+    from pytest_neuronsupport.modellist import ModelListError, parse
+
+    try:
+        specs = [spec for path in lists for spec in parse(path, runners)]
+    except ModelListError:
+        return None  # collection has said what is wrong with the list
+    ranks = {s.id: s.selection_rank for s in specs if s.selection_rank is not None}
+    if not ranks:
+        return None
+    try:
+        set_selection(target, ranks)
+    except UnreadableResultsError as exc:
+        return f"{target}: selection ranks not updated ({exc.reason})"
+    return None

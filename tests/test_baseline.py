@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_neuronsupport import baseline
+from pytest_neuronsupport import baseline, outcomes
 from pytest_neuronsupport.baseline import Baseline, BaselineError, Expected, Kind
 from tests.results_for_tests import result_row, write_results
 from tests.sweeping import SweepRunner
@@ -56,7 +56,7 @@ def test_a_flaky_model_differs_without_failing_the_check() -> None:
         ("n", Kind.SAME),
     ]
     assert comparison.ok
-    assert baseline.pytest_outcome(expected.expected["m"], "FAIL(gen)", False) == (
+    assert outcomes.baseline_outcome(expected.expected["m"], "FAIL(gen)", False) == (
         Kind.FLAKY,
         "xfailed",
         "FAIL(gen): the baseline expects PASS, flaky",
@@ -99,29 +99,6 @@ def test_regressions_always_fail_improvements_unless_allowed() -> None:
     assert "RuntimeError: broke broke" in text and "run.py: runs/broke/run.py" in text
     assert "not run      gone: expected PASS, got not run" in text
     assert "new          fresh: expected -, got PASS" in text
-
-
-@pytest.mark.parametrize(
-    ("expected", "actual", "allow", "outcome"),
-    [
-        ("FAIL(gen)", "FAIL(gen)", False, "xfailed"),
-        ("FAIL(gen)", "PASS", False, "failed"),  # strict: an improvement fails until recorded
-        ("FAIL(gen)", "PASS", True, "xpassed"),
-        ("PASS", "FAIL(gen)", True, "failed"),
-        ("PASS", "EXCLUDED", False, "failed"),
-        ("EXCLUDED", "FAIL(gen)", True, "xfailed"),
-        ("FAIL(gen)", "EXCLUDED", True, None),
-        ("PASS", "PASS", False, None),
-    ],
-)
-def test_the_pytest_outcome_of_each_model(
-    expected: str, actual: str, allow: bool, outcome: str | None
-) -> None:
-    held = baseline.pytest_outcome(Expected(expected), actual, allow)
-    assert (held[1] if held else None) == outcome
-    if held:
-        assert f"expects {expected}" in held[2] and actual in held[2]
-    assert baseline.pytest_outcome(None, actual, allow) is None  # a new model: as it is
 
 
 def test_the_file_round_trips_keeps_flaky_marks_and_reads_in_a_diff(tmp_path: Path) -> None:
@@ -170,13 +147,13 @@ def test_graph_breaks_are_held_like_dynamos_ci_holds_them(tmp_path: Path) -> Non
     assert comparison.lines()[1] == (
         "regression   llava: expected PASS, got PASS (graph breaks 2 -> 3)  [fails the check]"
     )
-    outcome = baseline.pytest_outcome(llava, "PASS", False, 3)
+    outcome = outcomes.baseline_outcome(llava, "PASS", False, 3)
     assert outcome == (
         Kind.REGRESSION,
         "failed",
         "regression: PASS, the baseline expects PASS (graph breaks 2 -> 3)",
     )
-    fewer = baseline.pytest_outcome(Expected("FAIL(gen)", graph_breaks=2), "FAIL(gen)", True, 1)
+    fewer = outcomes.baseline_outcome(Expected("FAIL(gen)", graph_breaks=2), "FAIL(gen)", True, 1)
     assert fewer is not None and fewer[:2] == (Kind.IMPROVEMENT, "xfailed")  # still failing
 
 

@@ -193,6 +193,15 @@ def test_the_hub_cache_is_bounded_by_evicting_models_done_least_recently_used_fi
     )
     assert line.endswith("--neuron-hub-cache-max 4 GB: org/a, org/b")
     assert hub.eviction_line([], 4 * hub.GB) is None
+    # over a sweep: each model done in turn, never the judge's checkpoint
+    for repo_id in sizes:
+        hf_hub_download(repo_id, "model.safetensors", cache_dir=cache, endpoint=minihub.url)
+    bound = hub.CacheBound(max_gb=3_500_000 / hub.GB, judge="org/b@main", cache_dir=cache)
+    bound.done("org/b")  # the judge: kept although it is done
+    assert bound.evicted == [] and bound.notes() == []
+    bound.done("org/a")
+    assert [repo_id for repo_id, _ in bound.evicted] == ["org/a"]
+    assert bound.notes()[0].endswith("--neuron-hub-cache-max 0.0035 GB: org/a")
 
 
 def test_without_a_bound_the_disk_keeps_a_free_floor() -> None:

@@ -258,12 +258,12 @@ def test_a_models_line_says_what_the_modes_after_the_first_recorded() -> None:
         ModeOutcome("support", "zoo:gpt2", unchanged=True, reason="unchanged since ..."),
         ModeOutcome("perf", "zoo:gpt2", perf),
     ]
-    line, result, wall_s = line_of("zoo:gpt2", outcomes, rep=None)
+    line, result, wall_s = line_of("zoo:gpt2", outcomes)
     assert line == "unchanged     zoo:gpt2  (run.py as recorded; perf: 2 PASS)"
     assert (result, wall_s) == (UNCHANGED, 54.0)  # the benchmarks' time
     ran = {"model_id": "zoo:gpt2", "result": "PASS", "neuron_cores": 1, "wall_s": 6.0}
     outcomes[0] = ModeOutcome("support", "zoo:gpt2", [ran])
-    assert line_of("zoo:gpt2", outcomes, rep=None) == (
+    assert line_of("zoo:gpt2", outcomes) == (
         "PASS          zoo:gpt2  (1 core, 6.0s, perf: 2 PASS)",
         "PASS",
         60.0,

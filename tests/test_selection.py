@@ -171,3 +171,35 @@ def test_selection_rank_means_the_latest_selection(tmp_path: Path) -> None:
     assert ranks == {"org/a": (2, "PASS"), "org/b": (1, "PASS"), "org/left": (None, "FAIL(gen)")}
     assert set_selection(pair, {"org/b": 1, "org/a": 2}) is False  # already so: not rewritten
     assert set_selection(tmp_path / "absent.parquet", {"x": 1}) is False
+
+
+def test_a_sweeps_lists_rank_the_pairs_rows_at_its_end(tmp_path: Path) -> None:
+    """``apply_ranks``: the ranks of the sweep's lists, on every row of the pair it wrote."""
+    from pytest_neuronsupport.runners import Runners
+
+    results = write_results(
+        tmp_path, [result_row("zoo:bert", selection_rank=2), result_row("org/gone")]
+    )
+    pair = results / "data" / "inductor-2.13.0" / "transformers-5.24.0.parquet"
+    ranked = tmp_path / "ranked.toml"
+    ranked.write_text(
+        '[[model]]\nid = "zoo:gpt2"\nselection_rank = 1\n\n[[model]]\nid = "org/gone"\n'
+        "selection_rank = 2\n",
+        encoding="utf-8",
+    )
+    assert selection.apply_ranks([ranked], Runners.builtin(), pair) is None
+    table = read_table(pair).to_pylist()
+    ranks = {row["model_id"]: row["selection_rank"] for row in table}
+    assert ranks == {"zoo:bert": None, "org/gone": 2}  # bert is no longer selected
+    # lists without a selection leave the ranks as they are; a list with an error, too
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[[model]]\nid = "zoo:bert"\n', encoding="utf-8")
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[model]]\nid = "zoo:bert"\nselection_rank = 0\n', encoding="utf-8")
+    for lists in ([plain], [broken]):
+        assert selection.apply_ranks(lists, Runners.builtin(), pair) is None
+        assert read_table(pair).to_pylist() == table
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(b"not parquet")
+    problem = selection.apply_ranks([ranked], Runners.builtin(), damaged)
+    assert problem is not None and problem.startswith(f"{damaged}: selection ranks not updated")

@@ -1,5 +1,6 @@
 """The sweep session without a sweep: hooks that only hand work on, rows kept per table (never
-one table's rows in another's counts), reports that carry one value, and the summary."""
+one table's rows in another's counts), and the summary. What a model's test is in pytest (its
+outcome, its report, junit) is tests/test_outcomes.py's."""
 
 from __future__ import annotations
 
@@ -7,19 +8,18 @@ import ast
 import inspect
 import os
 import textwrap
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import plugin, report, session, xdist
+from pytest_neuronsupport import plugin, report, xdist
 from pytest_neuronsupport.backends import compile_turned_off
-from pytest_neuronsupport.baseline import Baseline, Expected
 from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.modes import ModeOutcome
-from pytest_neuronsupport.session import JunitSkips, SweepSession, report_status
+from pytest_neuronsupport.outcomes import JunitSkips
+from pytest_neuronsupport.session import SweepSession
 
 #: A hook hands its work to a plain module: at most this many lines below its docstring.
 HOOK_LINES = 5
@@ -32,8 +32,8 @@ def hooks_of(owner: object) -> list[tuple[str, Any]]:
 
 @pytest.mark.parametrize(
     "owner",
-    [plugin, SweepSession, xdist.XdistHooks, JunitSkips],
-    ids=["plugin", "session", "xdist", "junit"],
+    [plugin, SweepSession, ProgressDisplay, xdist.XdistHooks, JunitSkips],
+    ids=["plugin", "session", "display", "xdist", "junit"],
 )
 def test_every_hook_is_a_few_lines_that_hand_the_work_on(owner: object) -> None:
     found = hooks_of(owner)
@@ -89,47 +89,6 @@ def test_rows_are_kept_per_table_and_counted_apart(pytester: pytest.Pytester) ->
     assert lines[3] == "perf: 1 PASS" and lines[4].startswith("perf: ")
 
 
-def test_a_report_carries_one_value_and_the_first_row_decides_the_status(
-    pytester: pytest.Pytester,
-) -> None:
-    sweep = configured(pytester)
-    rep = pytest.TestReport("models.toml::a", ("models.toml", 0, "a"), {}, "failed", None, "call")
-    outcomes = [
-        ModeOutcome("support", "a", [row("a", "FAIL(output)")]),
-        ModeOutcome("perf", "a", [row("a", configuration="b1")]),
-    ]
-    sweep.attach(rep, outcomes, [])
-    carried = getattr(rep, session.OUTCOMES_ATTRIBUTE)
-    assert carried == [o.to_dict() for o in outcomes]  # plain types: xdist sends them as is
-    assert session.outcomes_of(rep) == outcomes
-    assert report_status(rep, outcomes, lines_per_model=False) == ("failed", "F", "FAIL(output)")
-    assert report_status(rep, outcomes, lines_per_model=True) == ("failed", "", "FAIL(output)")
-
-
-def test_the_first_modes_row_decides_the_models_test() -> None:
-    failed = report.pytest_outcome([ModeOutcome("support", "a", [row("a", "FAIL(output)")])])
-    assert failed.outcome == "failed" and failed.text.startswith("FAIL(output) a")
-    assert ("result", "FAIL(output)") in failed.properties
-    excluded = {**row("a", "EXCLUDED"), "exclusion": "too-large", "notes": "needs 32 cores"}
-    skipped = report.pytest_outcome([ModeOutcome("support", "a", [excluded])])
-    assert (skipped.outcome, skipped.text) == ("skipped", "EXCLUDED (too-large): needs 32 cores")
-    passed = report.pytest_outcome(
-        [ModeOutcome("support", "a", [row("a")]), ModeOutcome("perf", "a", [row("a")])]
-    )
-    assert (passed.outcome, passed.text) == ("passed", "")
-    # nothing ran: skipped with why, unless a later mode ran (a benchmark of an unchanged model)
-    unchanged = ModeOutcome("support", "a", unchanged=True, reason="unchanged since today")
-    alone = report.pytest_outcome([unchanged])
-    assert (alone.outcome, alone.text, alone.properties) == ("skipped", unchanged.reason, [])
-    later = report.pytest_outcome([unchanged, ModeOutcome("perf", "a", [row("a")])])
-    assert later.outcome == "passed"
-    # an environment fault in any mode: failed, naming it, whatever the rows say
-    fault = ModeOutcome("perf", "a", fault="the Hub at http://127.0.0.1:9 did not answer")
-    faulted = report.pytest_outcome([ModeOutcome("support", "a", [row("a")]), fault])
-    assert faulted.outcome == "failed" and "not tested, no row recorded" in faulted.text
-    assert faulted.text.endswith("did not answer")
-
-
 def test_the_results_store_follows_the_uri(tmp_path: Path) -> None:
     folder = open_results(tmp_path / "results")
     assert isinstance(folder, FolderResults) and folder.folder == tmp_path / "results"
@@ -167,46 +126,6 @@ def test_a_sweep_with_torch_compile_turned_off_is_refused(
     assert not (pytester.path / "results").exists()
     monkeypatch.setenv(variable, "0")  # only 1 turns it off, as torch reads it
     assert compile_turned_off(os.environ) is None
-
-
-@pytest.mark.parametrize(
-    "entry",
-    [
-        '[[model]]\nid = "acme/q"\nexclusion = "quantized"\nnotes = "4-bit"\n',
-        'model = [{id = "acme/q", exclusion = "quantized", notes = "4-bit"}]\n',  # no line
-    ],
-    ids=["table", "inline"],
-)
-def test_a_skipped_models_junit_text_names_it_and_no_line(
-    entry: str, pytester: pytest.Pytester
-) -> None:
-    """A skip is named by its model's test (junit's ``path:line`` would say ``:None``), of an
-    entry with a line or without; an exclusion decided ahead runs nothing: no model, no run."""
-    pytester.makefile(".toml", models=entry)
-    result = pytester.runpytest(
-        *("--neuron-sweep", "--neuron-models", "models.toml", "--neuron-backend", "eager"),
-        *("--neuron-cache", "cache", "--neuron-leases", "leases", "--junitxml", "junit.xml"),
-        *("-p", "no:cacheprovider", "-rs"),
-    )
-    result.assert_outcomes(skipped=1)
-    summary = "EXCLUDED [[]1[]] models.toml::acme/q: EXCLUDED (quantized): 4-bit"
-    result.stdout.fnmatch_lines([summary])  # the terminal's line, as it was
-    skipped = ET.parse(pytester.path / "junit.xml").getroot().find("./testsuite/testcase/skipped")
-    assert skipped is not None
-    assert skipped.get("message") == "EXCLUDED (quantized): 4-bit"
-    assert skipped.text == "models.toml::acme/q: EXCLUDED (quantized): 4-bit"
-
-
-def test_the_support_table_is_the_one_held_against_a_baseline(pytester: pytest.Pytester) -> None:
-    sweep = configured(pytester)
-    sweep.baseline = Baseline("p", {"a": Expected("FAIL(gen)")})
-    properties: list[tuple[str, object]] = []
-    rep = pytest.TestReport("m::a", ("m", 0, "a"), {}, "passed", None, "call")
-    sweep.attach(rep, [ModeOutcome("train", "a", [row("a", seq_len=128)])], properties)
-    assert properties == [] and rep.outcome == "passed"
-    sweep.attach(rep, [ModeOutcome(SUPPORT.name, "a", [row("a")])], properties)
-    assert ("baseline_expected", "FAIL(gen)") in properties
-    assert str(rep.outcome) == "failed"  # an improvement not yet in the baseline (strict)
 
 
 def test_an_unchecked_pass_is_counted_apart_with_why(pytester: pytest.Pytester) -> None:

@@ -367,3 +367,23 @@ def ahead_budget(prefetch_gb: float, hub_cache_max_gb: float | None) -> int:
     bound (``--neuron-hub-cache-max``) where there is one."""
     gb = prefetch_gb if hub_cache_max_gb is None else min(prefetch_gb, hub_cache_max_gb)
     return max(0, int(gb * hub.GB))
+
+
+def ahead(
+    specs: Sequence[ModelSpec],
+    recorded: Callable[[str], Any],
+    *,
+    prefetch_gb: float,
+    hub_cache_max_gb: float | None,
+    rerun: bool,
+    limit: int | None,
+) -> Prefetcher | None:
+    """The download ahead of a sweep's models (``specs``, in start order), started: those that
+    will run (:func:`upcoming`), within the budget (:func:`ahead_budget`); None when there is
+    no budget or the Hub is offline."""
+    budget = ahead_budget(prefetch_gb, hub_cache_max_gb)
+    if not specs or budget <= 0 or offline():
+        return None
+    prefetcher = Prefetcher(budget)
+    prefetcher.start([(s.id, s.revision) for s in upcoming(specs, recorded, rerun, limit)])
+    return prefetcher

@@ -1,0 +1,70 @@
+"""A sweep configured from pytest's options, once, in ``pytest_configure`` (only with
+``--neuron-sweep``): the settings (:mod:`settings`, from the option table), the results store,
+the backend and the device checked before anything runs (by the controller), the runners and
+modes (built-in, from entry points and the users' hooks), the model lists as the session's
+collection arguments, the baseline; then the :class:`~pytest_neuronsupport.session.SweepSession`
+that runs the sweep, registered with its companion plugins.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport import baseline, modes, xdist
+from pytest_neuronsupport.dataset.results import ResultsError, open_results
+from pytest_neuronsupport.dataset.tables import register
+from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.session import SweepSession
+
+
+def configure(config: pytest.Config) -> SweepSession:
+    """The sweep's session, from the options: settings, runners, modes, the model lists as
+    the session's collection arguments, the baseline; registered as a plugin
+    (:meth:`SweepSession.register`). Bad options are a ``UsageError`` naming them."""
+    from pytest_neuronsupport.backends import check_backend
+    from pytest_neuronsupport.runners import entry_point_runners
+    from pytest_neuronsupport.settings import settings_from
+
+    config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
+    xdist.tie_to_controller(config)
+    settings = settings_from(config)
+    try:
+        store = open_results(settings.results, settings.shared)
+    except ResultsError as exc:
+        raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
+    if not xdist.is_worker(config):
+        problem = check_backend(settings.backend, settings.device, settings.workdir)
+        if problem:
+            raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
+        problem = settings.device.check(os.environ)  # what the runs inherit
+        if problem:
+            device = settings.device.name
+            raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
+    try:
+        hook = config.hook
+        added = [*entry_point_runners(), *users(hook.pytest_neuronsupport_runners, config)]
+        runners = Runners.builtin().extended(added)
+        sweep_modes = [*modes.builtin_modes(), *users(hook.pytest_neuronsupport_modes, config)]
+        for mode in sweep_modes:
+            register(mode.table)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"neuronsupport: runners and modes: {exc}") from None
+    # The model lists are what the session collects, beside any path given explicitly.
+    explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    config.args = [str(p) for p in settings.lists] + list(explicit)
+    try:
+        expected = baseline.load(settings.baseline, settings.baseline_uri)
+    except baseline.BaselineError as exc:
+        raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+    session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
+    session.register()
+    return session
+
+
+def users(hook: Any, config: pytest.Config) -> list[Any]:
+    """What the users' implementations of a hook that returns a list (runners, modes) return,
+    in one list."""
+    return [item for items in hook(config=config) for item in items]
