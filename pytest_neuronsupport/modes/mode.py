@@ -211,23 +211,10 @@ def test(
                 rows = found
             else:
                 script = found
-                recorded = None
-                if script.key is not None and not sweep.settings.rerun:
-                    recorded = sweep.recorded(mode.table, script.key)
-                if recorded is not None and script.stands_for(recorded):
-                    why = unchanged_reason(recorded)
-                    return ModeOutcome(name, spec.id, unchanged=True, reason=why)
-                if mode.budgeted and not sweep.budget.take():
-                    return ModeOutcome(name, spec.id, reason=limit)
-                fetched = fetch(sweep, planned, mode.table)  # its files, before its lease
-                if fetched.fault is not None:
-                    return ModeOutcome(name, spec.id, fault=fetched.fault)
-                base = {**base, **fetched.columns}
-                if fetched.error is not None:
-                    rows = [{**base, **classify.load_failed(fetched.error)}]
-                else:
-                    script.path.parent.mkdir(parents=True, exist_ok=True)
-                    rows = mode.run(sweep, planned, script, base)
+                done = scripted(mode, sweep, planned, script, base)
+                if isinstance(done, ModeOutcome):
+                    return done
+                rows = done
     except Exception as exc:  # a bug of ours must not cost the model its row; a fault: no row
         if (fault := faults.of(exc)) is not None:
             return ModeOutcome(name, spec.id, fault=str(fault))
@@ -243,6 +230,30 @@ def test(
         return ModeOutcome(name, spec.id, fault=str(ran_into[0]))
     run_py = None if script is None else str(script.path)
     return ModeOutcome(name, spec.id, recorded_rows, run_py=run_py)
+
+
+def scripted(
+    mode: Mode, sweep: Sweep, planned: Plan, script: Script, base: dict[str, Any]
+) -> ModeOutcome | list[dict[str, Any]]:
+    """A mode's script of the model: not run again when it is the one recorded; else counted
+    against ``--neuron-limit``, its checkpoint's files fetched before its lease, and run: its
+    rows (or the outcome without any: unchanged, past the limit, a fault)."""
+    name, model_id = mode.table.name, planned.spec.id
+    recorded = None
+    if script.key is not None and not sweep.settings.rerun:
+        recorded = sweep.recorded(mode.table, script.key)
+    if recorded is not None and script.stands_for(recorded):
+        return ModeOutcome(name, model_id, unchanged=True, reason=unchanged_reason(recorded))
+    if mode.budgeted and not sweep.budget.take():
+        return ModeOutcome(name, model_id, reason=f"--neuron-limit {sweep.settings.limit} reached")
+    fetched = fetch(sweep, planned, mode.table)  # its files, before its lease
+    if fetched.fault is not None:
+        return ModeOutcome(name, model_id, fault=fetched.fault)
+    base = {**base, **fetched.columns}
+    if fetched.error is not None:
+        return [{**base, **classify.load_failed(fetched.error)}]
+    script.path.parent.mkdir(parents=True, exist_ok=True)
+    return mode.run(sweep, planned, script, base)
 
 
 def fetch(sweep: Sweep, planned: Plan, table: Table) -> prefetch.Fetched:
