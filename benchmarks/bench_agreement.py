@@ -17,7 +17,7 @@ bare then sweep, ...), and compares the medians of all the rounds of each side:
    loads the same checkpoint in the same dtype, compiles the forward with the same backend and
    ``fullgraph``, runs one compiling round and the same warm-up rounds, then the same number of
    timed ``generate`` calls (or forward passes) with ``perf_counter`` around each call; then the
-   same for eager. No streamer, no verdict, nothing of ``bench.py``'s code;
+   same for eager. No streamer, no verdict, nothing of ``perf.py``'s code;
 3. the ratio sweep / bare of the medians, the spread of each side (P25-P75 of its rounds, and
    the ratio of each pair's medians), and whether the difference is within the noise (at most
    the larger of the two sides' P25-P75 ranges).
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: The text whose tokens, repeated, fill the input (as ``bench.py``'s).
+#: The text whose tokens, repeated, fill the input (as ``perf.py``'s).
 TEXT = "My name is Wolfgang and I live in Berlin. The future of AI is a question people ask. "
 BACKEND = "aot_eager"
 

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pytest_neuronsupport.dataset.store import read_dataset
-from pytest_neuronsupport.dataset.training import TRAIN
-from pytest_neuronsupport.modes.training import find_batch
+from pytest_neuronsupport.dataset.files import read_dataset
+from pytest_neuronsupport.dataset.train import TRAIN
+from pytest_neuronsupport.modes.train import find_batch
 
 MODELS = "zoo:gpt2,zoo:bert-mlm,zoo:distilbert-sst"
 

@@ -426,7 +426,7 @@ def load(path: Path | None, uri: str | None = None) -> Baseline | None:
     through the Hub's client) if given, else at ``path``; None when neither is. Raises
     :class:`BaselineError` when it cannot be read, or downloaded."""
     if uri is not None:
-        from pytest_neuronsupport.dataset.hub import HubError, download_file
+        from pytest_neuronsupport.dataset.stores.hub import HubError, download_file
 
         try:
             path = download_file(uri)

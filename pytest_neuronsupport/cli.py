@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_neuronsupport import __version__, baseline, options, settings, zoo
-from pytest_neuronsupport.dataset.store import UnreadableResultsError
+from pytest_neuronsupport.dataset.files import UnreadableResultsError
 
 if TYPE_CHECKING:
-    from pytest_neuronsupport.dataset.results import Results
+    from pytest_neuronsupport.dataset.stores import Results
 
 
 class CommandError(Exception):
@@ -291,7 +291,7 @@ def _store(uri: str) -> Results:
     """The results store ``--results`` names: a folder, or a shared dataset (``s3://...``,
     ``hf://datasets/...``) through its local copy in the cache, as a sweep opens it."""
     from pytest_neuronsupport.dataset.layout import is_shared
-    from pytest_neuronsupport.dataset.results import ResultsError, open_results
+    from pytest_neuronsupport.dataset.stores import ResultsError, open_results
 
     folder = settings.shared_copy(options.default_cache(), uri) if is_shared(uri) else Path(uri)
     try:
@@ -302,8 +302,8 @@ def _store(uri: str) -> Results:
 
 def _read(uri: str) -> Path:
     """The local folder to read ``--results`` from, whatever store it names (the store's
-    :meth:`~pytest_neuronsupport.dataset.results.Results.readable`)."""
-    from pytest_neuronsupport.dataset.results import ResultsError
+    :meth:`~pytest_neuronsupport.dataset.stores.Results.readable`)."""
+    from pytest_neuronsupport.dataset.stores import ResultsError
 
     try:
         return _store(uri).readable()
@@ -490,7 +490,7 @@ def _baseline_file(name: str) -> Path:
 
     if not is_hub(name):
         return Path(name)
-    from pytest_neuronsupport.dataset.hub import HubError, download_file
+    from pytest_neuronsupport.dataset.stores.hub import HubError, download_file
 
     try:
         return download_file(name)
@@ -517,7 +517,7 @@ def _card(args: argparse.Namespace) -> int:
 
 def _upgrade_files(results: Path) -> int:
     """Upgrade the dataset's files; print what was rewritten and what could not be read."""
-    from pytest_neuronsupport.dataset.store import upgrade_dataset
+    from pytest_neuronsupport.dataset.files import upgrade_dataset
 
     unreadable: list[tuple[Path, str]] = []
     for path in upgrade_dataset(results, unreadable=unreadable):
@@ -549,7 +549,7 @@ def _merge(args: argparse.Namespace) -> int:
 def _push(args: argparse.Namespace) -> int:
     import tempfile
 
-    from pytest_neuronsupport.dataset.hub import HubDataset, HubError, push_space
+    from pytest_neuronsupport.dataset.stores.hub import HubDataset, HubError, push_space
     from pytest_neuronsupport.views.page import write_page
 
     if not args.repo and not args.space:
@@ -574,7 +574,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _train_report(args: argparse.Namespace) -> int:
-    from pytest_neuronsupport.views.training import train_report
+    from pytest_neuronsupport.views.train import train_report
 
     results = _read(str(args.results))
     lines = train_report(results)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import baseline, modes, xdist
-from pytest_neuronsupport.dataset.results import ResultsError, open_results
+from pytest_neuronsupport.dataset.stores import ResultsError, open_results
 from pytest_neuronsupport.dataset.tables import register
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.session import SweepSession

@@ -94,7 +94,7 @@ class ModelSpec:
     #: An exclusion decided ahead (its category), and its reason.
     exclusion: str | None = None
     notes: str | None = None
-    #: ``"train"``: a training test (:mod:`~pytest_neuronsupport.modes.training`).
+    #: ``"train"``: a training test (:mod:`~pytest_neuronsupport.modes.train`).
     mode: str = "inference"
     #: Tokens per training sample (None: :data:`DEFAULT_SEQ_LEN`).
     seq_len: int | None = None

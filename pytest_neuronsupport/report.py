@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.schema import SUPPORT
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.pipeline.classify import (
     COMPILED_NOTHING,
     compiled_nothing,

@@ -251,7 +251,7 @@ def apply_ranks(lists: Iterable[Path], runners: Runners, target: Path) -> str | 
     row of the pair file ``target`` gets its model's rank in these lists, or null if it has
     none. Returns the problem to report when the file could not be read (None: done, or no
     selection, or a list that collection has already said is wrong)."""
-    from pytest_neuronsupport.dataset.store import UnreadableResultsError, set_selection
+    from pytest_neuronsupport.dataset.files import UnreadableResultsError, set_selection
     from pytest_neuronsupport.modellist import ModelListError, parse
 
     try:

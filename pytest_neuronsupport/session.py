@@ -7,7 +7,7 @@ plugin (:meth:`SweepSession.register`), beside the progress display (:mod:`displ
 skip mend (:class:`~pytest_neuronsupport.outcomes.JunitSkips`). Each hook method is a few lines
 that hand the work to a plain module: collection to :mod:`collect`, a model's test to
 :mod:`pytest_neuronsupport.modes`, its pytest outcome to :mod:`outcomes`, rows to the results
-store (:mod:`dataset.results`) and the journal, the Hub cache's bound to :mod:`hub`, the
+store (:mod:`dataset.stores`) and the journal, the Hub cache's bound to :mod:`hub`, the
 selection's ranks to :mod:`selection`, texts to :mod:`report`.
 
 Who does what under pytest-xdist: workers collect the same items in the same order and test
@@ -40,8 +40,8 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.results import Results, ResultsError
 from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.stores import Results, ResultsError
 from pytest_neuronsupport.dataset.tables import table_named
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.hookcalls import Hooks

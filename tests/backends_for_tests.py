@@ -225,7 +225,7 @@ def failing_under_a_memory_cap_backend_for_tests(
 def raising_on_batches_in_benchmark_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:
-    """Runs the graph as it is, except in a benchmark script (``bench.py``) on a batch of more
+    """Runs the graph as it is, except in a benchmark script (``perf.py``) on a batch of more
     than one sequence, where it raises at compile time: a model that crashes in the benchmark
     only, and only in some of its configurations."""
     import sys
@@ -234,7 +234,7 @@ def raising_on_batches_in_benchmark_backend_for_tests(
         isinstance(x, torch.Tensor) and x.dtype == torch.long and x.dim() == 2 and x.shape[0] > 1
         for x in example_inputs
     )
-    if os.path.basename(sys.argv[0]) == "bench.py" and batched:
+    if os.path.basename(sys.argv[0]) == "perf.py" and batched:
         raise RuntimeError("test-only backend: refused a batched graph in the benchmark")
     return gm.forward
 

@@ -24,6 +24,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_neuronsupport.dataset.durable import atomic_write, data_lock
+from pytest_neuronsupport.dataset.files import (
+    UnreadableResultsError,
+    find_row,
+    forget_cached,
+    read_dataset,
+    read_table,
+    upgrade_file,
+)
 from pytest_neuronsupport.dataset.journal import Journal, JournalWarning, read_journal
 from pytest_neuronsupport.dataset.layout import (
     check_relpath,
@@ -45,14 +53,6 @@ from pytest_neuronsupport.dataset.schema import (
     row_to_json,
     rows_to_table,
     validate_row,
-)
-from pytest_neuronsupport.dataset.store import (
-    UnreadableResultsError,
-    find_row,
-    forget_cached,
-    read_dataset,
-    read_table,
-    upgrade_file,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result
 
@@ -124,6 +124,8 @@ EXPECTED_COLUMNS = (
     "fp64_error_device",
     "fp64_error_eager",
     "fp64_tolerance",
+    "core_s",
+    "download_s",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -945,6 +947,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     later = (
         *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
         *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s", *FP64_COLUMNS),
+        *("core_s", "download_s"),
     )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
@@ -961,6 +964,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert table.column("fp64_error_eager").to_pylist() == [None]
     assert table.column("cpu_ops").to_pylist() == [None]  # not known: not "none on the CPU"
     assert table.column("checked_by").to_pylist() == ["cpu"]
+    assert table.column("core_s").to_pylist() == [None]
     new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
     append_rows(tmp_path, [(PAIR, new)])
     merge_journals(tmp_path)  # and the merge rewrites the file in the current schema
@@ -1333,7 +1337,7 @@ def test_merge_upgrades_every_file_to_one_schema_that_loads_everywhere(
     import datasets
     import duckdb
 
-    from pytest_neuronsupport.dataset.store import upgrade_dataset
+    from pytest_neuronsupport.dataset.files import upgrade_dataset
     from pytest_neuronsupport.views.card import write_card
 
     results = tmp_path / "results"
@@ -1409,7 +1413,7 @@ def test_merge_upgrades_every_file_to_one_schema_that_loads_everywhere(
 
 
 def test_upgrade_dataset_rewrites_only_the_files_that_differ(tmp_path: Path) -> None:
-    from pytest_neuronsupport.dataset.store import upgrade_dataset
+    from pytest_neuronsupport.dataset.files import upgrade_dataset
 
     append_rows(tmp_path, [(PAIR, row("zoo:a")), (NEURON_PAIR, row("zoo:b"))])
     merge_journals(tmp_path)
@@ -1462,7 +1466,7 @@ def test_upgrade_dataset_unifies_types_or_falls_back_to_text(tmp_path: Path) -> 
 def test_upgrade_dataset_reports_an_unreadable_file_and_upgrades_the_others(
     tmp_path: Path,
 ) -> None:
-    from pytest_neuronsupport.dataset.store import upgrade_dataset
+    from pytest_neuronsupport.dataset.files import upgrade_dataset
 
     append_rows(tmp_path, [(PAIR, row("zoo:a", hook="x")), (NEURON_PAIR, row("zoo:b"))])
     merge_journals(tmp_path)

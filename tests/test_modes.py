@@ -208,9 +208,9 @@ def test_which_modes_test_an_entry(
 def test_a_benchmark_follows_only_a_support_run_that_ran_the_model(
     tmp_path: Path, zoo_cache: Path
 ) -> None:
-    from pytest_neuronsupport.modes.bench import Bench
+    from pytest_neuronsupport.modes.perf import Perf
 
-    sweep, bench = a_sweep(tmp_path, zoo_cache, bench=True), Bench()
+    sweep, bench = a_sweep(tmp_path, zoo_cache, bench=True), Perf()
 
     def support(result: str) -> dict[str, ModeOutcome]:
         row = {"model_id": "zoo:bert", "result": result}

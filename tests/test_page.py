@@ -18,14 +18,14 @@ import pytest
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.dashboard import dashboard, grid, history
 from pytest_neuronsupport.views.failures import pair_failures
 from pytest_neuronsupport.views.page import write_page
 from pytest_neuronsupport.views.perf import FAILED_HEADER, perf_tables
-from pytest_neuronsupport.views.training import train_tables
+from pytest_neuronsupport.views.train import train_tables
 from tests.results_for_tests import pair_of, result_row, write_results
 
 if TYPE_CHECKING:

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport.cli import main as cli_main
+from pytest_neuronsupport.dataset.files import read_dataset
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.perf import INTERVALS, PERF
-from pytest_neuronsupport.dataset.store import read_dataset
 from pytest_neuronsupport.modellist import ModelListError, parse, parse_io, parse_sizes
-from pytest_neuronsupport.modes.bench import (
+from pytest_neuronsupport.modes.perf import (
     CI_FIGURES,
     FIGURE_STATISTICS,
     WIDE_FRACTION,
@@ -162,7 +162,7 @@ def test_configurations_and_their_keys(tmp_path: Path) -> None:
 
 
 def test_timed_rounds_need_both_the_count_and_the_duration_capped_by_the_most() -> None:
-    from pytest_neuronsupport.runners.lib.bench import more_rounds
+    from pytest_neuronsupport.runners.lib.perf import more_rounds
 
     params = {"rounds": 10, "min_seconds": 2.0, "max_rounds": 1000}
     assert more_rounds(0, 0.0, params)
@@ -320,7 +320,7 @@ def test_bench_sweep_gives_rows_whose_figures_hold_and_failure_rows(sweep: Sweep
             assert row[f"{name}_ci_low"] <= figure <= row[f"{name}_ci_high"], name
         assert isinstance(row["wide_interval"], bool)
         assert row["peak_gb"] is None and row["eager_peak_gb"] is None  # on the CPU
-        assert "main_bench(" in row["run_py"] and "PARAMS = {" in row["run_py"]
+        assert "main_perf(" in row["run_py"] and "PARAMS = {" in row["run_py"]
     assert got[("zoo:llama", "b1-i8-o4-dp1")]["output_tokens"] == 4
     assert cli_main(["perf", "--results", str(sweeps.results)]) == 0
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_neuronsupport import cli
-from pytest_neuronsupport.dataset.hub import HubDataset, HubError
+from pytest_neuronsupport.dataset.stores.hub import HubDataset, HubError
 from pytest_neuronsupport.minihub import MiniHub
 from tests.results_for_tests import result_row, write_results
 from tests.sweeping import SweepRunner

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.dataset.files import read_dataset
 from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK
 from tests.shared_sweeps import (
     CRASHES,

@@ -16,7 +16,7 @@ import pytest
 from huggingface_hub.hf_api import ModelInfo
 
 from pytest_neuronsupport import selection
-from pytest_neuronsupport.dataset.store import read_table, set_selection
+from pytest_neuronsupport.dataset.files import read_table, set_selection
 from pytest_neuronsupport.modellist import parse
 from pytest_neuronsupport.selection import Candidate, Limits
 from tests.results_for_tests import result_row, write_results

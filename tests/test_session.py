@@ -15,7 +15,7 @@ import pytest
 
 from pytest_neuronsupport import plugin, report, xdist
 from pytest_neuronsupport.backends import compile_turned_off
-from pytest_neuronsupport.dataset.results import FolderResults, ObjectStoreResults, open_results
+from pytest_neuronsupport.dataset.stores import FolderResults, ObjectStoreResults, open_results
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.outcomes import JunitSkips

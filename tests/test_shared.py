@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_neuronsupport.dataset.shared import SharedResults
-from pytest_neuronsupport.dataset.store import read_dataset
+from pytest_neuronsupport.dataset.files import read_dataset
+from pytest_neuronsupport.dataset.stores.s3 import SharedResults
 from pytest_neuronsupport.modellist import default_lists, parse
 from tests.results_for_tests import pair_of, result_row
 from tests.shared_sweeps import SUPPORT, TINY
@@ -212,9 +212,9 @@ def test_a_store_down_is_a_usage_error_at_the_start_and_keeps_the_rows_it_could_
     from moto.server import ThreadedMotoServer
 
     from pytest_neuronsupport.dataset.layout import unpublished_dir
-    from pytest_neuronsupport.dataset.results import ObjectStoreResults, ResultsError
     from pytest_neuronsupport.dataset.schema import SUPPORT as SUPPORT_TABLE
     from pytest_neuronsupport.dataset.schema import row_to_json
+    from pytest_neuronsupport.dataset.stores import ObjectStoreResults, ResultsError
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

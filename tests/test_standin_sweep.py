@@ -258,8 +258,8 @@ def test_a_benchmark_on_a_trn2_instance_is_held_to_its_documented_peaks(
 ) -> None:
     """``--neuron-instance trn2.48xlarge``: the roofline of ``neuronsupport perf`` is a fraction
     of one logical core's share of a Trainium2 chip (no price: none is sourced)."""
+    from pytest_neuronsupport.dataset.files import read_dataset
     from pytest_neuronsupport.dataset.perf import PERF
-    from pytest_neuronsupport.dataset.store import read_dataset
 
     bench = ["--neuron-bench", "--neuron-bench-batch=1", "--neuron-bench-seq-len=16"]
     bench += ["--neuron-bench-rounds=3", "--neuron-bench-min-seconds=0.001"]

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport.cli import main as cli_main
+from pytest_neuronsupport.dataset.files import find_row, read_dataset
 from pytest_neuronsupport.dataset.journal import Journal, read_journal
 from pytest_neuronsupport.dataset.merge import merge_journals
 from pytest_neuronsupport.dataset.schema import SUPPORT
-from pytest_neuronsupport.dataset.store import find_row, read_dataset
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.modellist import ModelListError, parse
-from pytest_neuronsupport.modes.training import TRIAL_ENV, find_batch, precision
+from pytest_neuronsupport.modes.train import TRIAL_ENV, find_batch, precision
 from pytest_neuronsupport.pipeline.isolate import (
     Executor,
     ForkServerExecutor,
@@ -29,8 +29,8 @@ from pytest_neuronsupport.pipeline.isolate import (
 )
 from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.protocol import Result
-from pytest_neuronsupport.runners.lib.training import COMPILE_IMPORTS, Float64Kept, out_of_memory
-from pytest_neuronsupport.views.training import train_report, train_tables
+from pytest_neuronsupport.runners.lib.train import COMPILE_IMPORTS, Float64Kept, out_of_memory
+from pytest_neuronsupport.views.train import train_report, train_tables
 from tests.sweeping import Sweep, SweepRunner
 
 PAIR = "aot_eager-2.13.0/transformers-5.24.0.parquet"

@@ -17,7 +17,7 @@ in a journal that the next merge recovers.
 
 Hidden names (a leading ``.``) are used for everything that is not a data file, so that
 ``pandas.read_parquet("<results>/data")`` and
-:func:`~pytest_neuronsupport.dataset.store.read_dataset` skip them:
+:func:`~pytest_neuronsupport.dataset.files.read_dataset` skip them:
 
 * temporary files: ``.<file>.<16 hex digits>.tmp``
 * per-file locks: ``.<file>.lock``
@@ -33,7 +33,7 @@ never destroys what a newer one recorded.
 After a merge every data file has the same schema:
 :data:`~pytest_neuronsupport.dataset.schema.SCHEMA` (its metadata included), then the extra
 columns of all the files with one type each, null where a file had none.
-:func:`~pytest_neuronsupport.dataset.store.upgrade_dataset` rewrites the files that differ (an
+:func:`~pytest_neuronsupport.dataset.files.upgrade_dataset` rewrites the files that differ (an
 older version's, or ones that lack another file's extra column), each atomically under its
 lock; every merge ends with it, so a reader that takes one schema for the whole directory
 (``datasets.load_dataset``, the Hugging Face viewer, duckdb, pandas) never meets a file whose
@@ -45,7 +45,7 @@ Modules (imports go one way: ``merge`` → ``journal``, ``store`` → ``durable`
 * :mod:`~pytest_neuronsupport.dataset.schema`: the schema, row validation, rows as JSON and tables.
 * :mod:`~pytest_neuronsupport.dataset.layout`: where pair files and run folders live.
 * :mod:`~pytest_neuronsupport.dataset.durable`: fsyncs, locks, atomic writes, temp-file sweeps.
-* :mod:`~pytest_neuronsupport.dataset.store`: reading files through the schema; upgrading them
+* :mod:`~pytest_neuronsupport.dataset.files`: reading files through the schema; upgrading them
   to one schema; ``find_row``.
 * :mod:`~pytest_neuronsupport.dataset.journal`: the append-only journal of a session.
 * :mod:`~pytest_neuronsupport.dataset.merge`: journals into parquet files, then the upgrade.

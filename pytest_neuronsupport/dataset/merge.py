@@ -22,10 +22,7 @@ from pytest_neuronsupport.dataset.durable import (
     remove_temps,
     sweep_temps,
 )
-from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
-from pytest_neuronsupport.dataset.layout import journal_dir
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table, validate_row
-from pytest_neuronsupport.dataset.store import (
+from pytest_neuronsupport.dataset.files import (
     UnreadableResultsError,
     concat_tables,
     forget_cached,
@@ -34,6 +31,9 @@ from pytest_neuronsupport.dataset.store import (
     tested_at_key,
     upgrade_dataset,
 )
+from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
+from pytest_neuronsupport.dataset.layout import journal_dir
+from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table, validate_row
 from pytest_neuronsupport.dataset.tables import TABLES
 
 __all__ = ["MergeReport", "merge_file", "merge_journals"]
@@ -58,7 +58,7 @@ class MergeReport:
     problems: list[str] = field(default_factory=list)
     """Skipped journal lines, failed writes and failed upgrades, one message each."""
     upgraded: list[Path] = field(default_factory=list)
-    """Parquet files rewritten by :func:`~pytest_neuronsupport.dataset.store.upgrade_dataset`
+    """Parquet files rewritten by :func:`~pytest_neuronsupport.dataset.files.upgrade_dataset`
     so that every file of the dataset has the same schema."""
 
     @property
@@ -85,7 +85,7 @@ def _apply_rows(target: Path, rows: list[dict[str, Any]], table: Table = SUPPORT
     ``tested_at`` (null counts as earliest), so a late recovery never reverts a newer run. The
     file's extra columns are kept (null for the new rows), the rows' new ones added (null for
     the old rows), and a column whose types differ is unified as
-    :func:`~pytest_neuronsupport.dataset.store.concat_tables` does.
+    :func:`~pytest_neuronsupport.dataset.files.concat_tables` does.
 
     Raises:
         UnreadableResultsError: the existing file could not be read; it is left untouched.
@@ -177,7 +177,7 @@ def merge_journals(
     Other failures to write a pair are reported in ``problems`` and keep its journals too.
     Temp files left by killed merges are deleted.
 
-    Last, :func:`~pytest_neuronsupport.dataset.store.upgrade_dataset` gives every file of the
+    Last, :func:`~pytest_neuronsupport.dataset.files.upgrade_dataset` gives every file of the
     dataset the same schema, files this merge did not write included (listed in ``upgraded``);
     a file it cannot read, and not already in ``unreadable``, is reported in ``problems``, as
     is a failed upgrade. When the files already agree this costs one schema read per file.

@@ -207,7 +207,7 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
     "wall_s": "Seconds of the whole benchmark run.",
     **{name: f"{doc}; null where absent." for name, doc in STACK_DOCS.items()},
     "tested_at": "When the benchmark started (UTC).",
-    "run_py": "`bench.py`: the standalone benchmark of this configuration.",
+    "run_py": "`perf.py`: the standalone benchmark of this configuration.",
     "device": "The device: `neuron`, `cuda` or `cpu`.",
     "backend": "The `torch.compile` backend.",
     "compiler": "The pair's compiler (`neuronxcc` on Neuron, else the backend).",

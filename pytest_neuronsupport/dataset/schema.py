@@ -211,11 +211,6 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "written before the phase times counted from loading the model to the end of "
         "generation or of the forward pass."
     ),
-    "core_s": (
-        "Core-seconds the run held: its cores (`neuron_cores`) times the seconds of its "
-        "leased run (the CPU reference, computed before it in a process holding no core, is "
-        "not in it); null in files written before the column existed, and for EXCLUDED rows."
-    ),
     "hbm_peak_gb": (
         "Peak device memory of the run in GB (torch's counters; on the CPU the peak resident set)."
     ),
@@ -371,6 +366,11 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     "fp64_tolerance": (
         "The largest `fp64_error_device` that passes: `3 * fp64_error_eager` plus a floor of "
         "the dtype's epsilon (see the output check in the runners' documentation)."
+    ),
+    "core_s": (
+        "Core-seconds the run held: its cores (`neuron_cores`) times the seconds of its "
+        "leased run (the CPU reference, computed before it in a process holding no core, is "
+        "not in it); null in files written before the column existed, and for EXCLUDED rows."
     ),
     "download_s": (
         "Seconds of fetching a Hub checkpoint's files into the local cache before the run "

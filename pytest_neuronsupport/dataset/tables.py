@@ -14,7 +14,7 @@ from typing import Final
 from pytest_neuronsupport.dataset.layout import RESERVED
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.schema import SUPPORT, Table
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 
 __all__ = ["TABLES", "register", "table_named"]
 

@@ -9,7 +9,6 @@ drives them all, are in :mod:`.mode`; this package's face names them.
 
 from __future__ import annotations
 
-from pytest_neuronsupport.modes.bench import Bench
 from pytest_neuronsupport.modes.mode import (
     Mode,
     ModeOutcome,
@@ -21,8 +20,9 @@ from pytest_neuronsupport.modes.mode import (
     test_entry,
     trains,
 )
+from pytest_neuronsupport.modes.perf import Perf
 from pytest_neuronsupport.modes.support import Support
-from pytest_neuronsupport.modes.training import Training
+from pytest_neuronsupport.modes.train import Train
 
 __all__ = [
     "Mode",
@@ -40,4 +40,4 @@ __all__ = [
 
 def builtin_modes() -> list[Mode]:
     """The plugin's own modes, in the order they run for an entry."""
-    return [Support(), Bench(), Training()]
+    return [Support(), Perf(), Train()]

@@ -23,6 +23,7 @@ import pyarrow as pa
 import yaml
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.dataset.files import read_table
 from pytest_neuronsupport.dataset.layout import data_files
 from pytest_neuronsupport.dataset.schema import (
     COLUMN_DOCS,
@@ -30,7 +31,6 @@ from pytest_neuronsupport.dataset.schema import (
     SCHEMA,
     SCHEMA_VERSION,
 )
-from pytest_neuronsupport.dataset.store import read_table
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
 
@@ -299,7 +299,7 @@ def card_text(results_dir: Path) -> str:
 
     The configs name only folders that hold data files (none when there is no data). The
     counts come from the files as they are; run
-    :func:`~pytest_neuronsupport.dataset.store.upgrade_dataset` first (every merge does) so that
+    :func:`~pytest_neuronsupport.dataset.files.upgrade_dataset` first (every merge does) so that
     the files load together.
 
     Raises:

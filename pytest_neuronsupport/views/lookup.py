@@ -20,8 +20,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from pytest_neuronsupport.dataset.files import latest_positions, read_table
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
-from pytest_neuronsupport.dataset.store import latest_positions, read_table
 from pytest_neuronsupport.pipeline.classify import (
     own_error,
     result_text,

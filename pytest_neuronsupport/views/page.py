@@ -30,8 +30,8 @@ from typing import Any, Final
 import jinja2
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.dataset.files import read_dataset, tested_at_key
 from pytest_neuronsupport.dataset.layout import pair_relpath
-from pytest_neuronsupport.dataset.store import read_dataset, tested_at_key
 from pytest_neuronsupport.pipeline.classify import compiled_nothing, own_error
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
@@ -40,8 +40,8 @@ from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
 from pytest_neuronsupport.views.lookup import natural_key, pairs
 from pytest_neuronsupport.views.perf import FAILED_HEADER, PerfPair, perf_tables
 from pytest_neuronsupport.views.perf import NOTE as PERF_NOTE
-from pytest_neuronsupport.views.training import NOTE as TRAIN_NOTE
-from pytest_neuronsupport.views.training import TrainPair, train_tables
+from pytest_neuronsupport.views.train import NOTE as TRAIN_NOTE
+from pytest_neuronsupport.views.train import TrainPair, train_tables
 
 __all__ = ["write_page"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_neuronsupport.dataset.files import read_table
 from pytest_neuronsupport.dataset.layout import data_files
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.store import read_table
 
 __all__ = ["Grid", "PerfPair", "perf_report", "perf_tables"]
 

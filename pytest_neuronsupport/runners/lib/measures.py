@@ -1,6 +1,6 @@
 """Performance figures from raw per-round timings: spreads, throughput, cost, roofline.
 
-Standard library only: ``bench.py`` (the run side) and the plugin (which turns a benchmark's
+Standard library only: ``perf.py`` (the run side) and the plugin (which turns a benchmark's
 verdict into a performance row) share these definitions. Definitions follow vLLM's and LLMPerf's:
 
 * a *round* is one timed ``generate`` (or one forward pass for an encoder) over a whole batch;

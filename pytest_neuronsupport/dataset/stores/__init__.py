@@ -132,11 +132,11 @@ class FolderResults:
 
 class ObjectStoreResults:
     """A dataset on object storage shared by the shards of a sweep
-    (:class:`~pytest_neuronsupport.dataset.shared.SharedResults`), through a local copy in the
+    (:class:`~pytest_neuronsupport.dataset.stores.s3.SharedResults`), through a local copy in the
     cache, one per URI."""
 
     def __init__(self, uri: str, folder: Path, client: Any = None) -> None:
-        from pytest_neuronsupport.dataset.shared import SharedResults
+        from pytest_neuronsupport.dataset.stores.s3 import SharedResults
 
         self.uri = uri
         self.folder = Path(folder)
@@ -181,7 +181,7 @@ class ObjectStoreResults:
 
     def finish(self) -> list[str]:
         """Publish what could not be, then fold every published row into the shared pair
-        files (conditional writes: see :mod:`~pytest_neuronsupport.dataset.shared`)."""
+        files (conditional writes: see :mod:`~pytest_neuronsupport.dataset.stores.s3`)."""
         failed, self.unpublished = self.unpublished, []
         for sweep_id, pair, table, row, _ in failed:
             self.publish(sweep_id, pair, table, row)
@@ -237,7 +237,7 @@ class ObjectStoreResults:
 
 
 class HubResults:
-    """A dataset repo on the Hugging Face Hub (:class:`~pytest_neuronsupport.dataset.hub.
+    """A dataset repo on the Hugging Face Hub (:class:`~pytest_neuronsupport.dataset.stores.hub.
     HubDataset`), through a local copy in the cache, one per URI. Its rows are pulled (merged
     into the copy) before the sweep and pushed (merged into the repo, one commit) at its end:
     each shard pushes its own, and concurrent pushes lose nothing. A row is not published
@@ -245,14 +245,14 @@ class HubResults:
     the local copy's journal, which ``neuronsupport merge --results hf://...`` pushes."""
 
     def __init__(self, uri: str, folder: Path) -> None:
-        from pytest_neuronsupport.dataset.hub import HubDataset
+        from pytest_neuronsupport.dataset.stores.hub import HubDataset
 
         self.dataset = HubDataset(uri)
         self.uri = self.dataset.uri
         self.folder = Path(folder)
 
     def pull(self) -> None:
-        from pytest_neuronsupport.dataset.hub import HubError
+        from pytest_neuronsupport.dataset.stores.hub import HubError
 
         check_folder(self.folder)
         try:
@@ -264,7 +264,7 @@ class HubResults:
         return None
 
     def finish(self) -> list[str]:
-        from pytest_neuronsupport.dataset.hub import HubError
+        from pytest_neuronsupport.dataset.stores.hub import HubError
 
         try:
             self.dataset.push(self.folder)
@@ -276,7 +276,7 @@ class HubResults:
         return []
 
     def write_once(self, name: str, text: str) -> tuple[str, str]:
-        from pytest_neuronsupport.dataset.hub import HubError
+        from pytest_neuronsupport.dataset.stores.hub import HubError
 
         try:
             return self.where(name), self.dataset.write_once(name, text)
@@ -289,7 +289,7 @@ class HubResults:
     def merge(self) -> Merged:
         """The local copy a sweep into the repo left on this machine: its journals merged,
         then pushed."""
-        from pytest_neuronsupport.dataset.hub import HubError
+        from pytest_neuronsupport.dataset.stores.hub import HubError
 
         if not self.folder.is_dir():
             return Merged([f"no local copy of {self.uri} here ({self.folder}): nothing to merge"])
@@ -307,7 +307,7 @@ class HubResults:
         import shutil
         import tempfile
 
-        from pytest_neuronsupport.dataset.hub import HubError
+        from pytest_neuronsupport.dataset.stores.hub import HubError
 
         folder = Path(tempfile.mkdtemp(prefix="neuronsupport-hub-"))
         atexit.register(shutil.rmtree, folder, True)

@@ -1,7 +1,7 @@
 """The training mode (``--neuron-train``, or ``mode = "train"`` in a list entry): does the model
 train, and the largest batch that fits, native and compiled; one row per model and ``seq_len``
-in ``<results>/train`` (:data:`~pytest_neuronsupport.dataset.training.TRAIN`). Its scripts are
-rendered from :mod:`pytest_neuronsupport.runners.lib.training`:
+in ``<results>/train`` (:data:`~pytest_neuronsupport.dataset.train.TRAIN`). Its scripts are
+rendered from :mod:`pytest_neuronsupport.runners.lib.train`:
 
 1. ``train.py``, the correctness check: one eager CPU fp32 step against one compiled step on
    the device; its verdict is PASS, FAIL(output), FAIL(train) or FAIL(load);
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_neuronsupport.dataset import layout
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, packages
@@ -35,7 +35,7 @@ from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.settings import Settings
 
 #: The run-side module the training scripts are made of, and its entry.
-TRAINING_MODULE = "pytest_neuronsupport.runners.lib.training"
+TRAIN_MODULE = "pytest_neuronsupport.runners.lib.train"
 #: Samples in the correctness check's batch; timed steps of a search trial (after one warm-up).
 CHECK_BATCH = 2
 TIMED_STEPS = 2
@@ -140,7 +140,7 @@ def precision(dtype: str) -> str:
     return short if dtype == "float32" else f"{short}-autocast"
 
 
-class Training:
+class Train:
     """The training mode (see the module's docstring)."""
 
     name = "train"
@@ -218,7 +218,7 @@ def train_params(
 def render_script(sweep: Sweep, params: TrainParams, spec: ModelSpec) -> str:
     s = sweep.settings
     code = ScriptPlan(
-        runner_module=TRAINING_MODULE,
+        runner_module=TRAIN_MODULE,
         runner_entry="train",
         entry="main",
         ops_class=s.device.train_ops,

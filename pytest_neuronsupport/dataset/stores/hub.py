@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_neuronsupport.dataset.durable import atomic_write_bytes
+from pytest_neuronsupport.dataset.files import read_table, upgrade_dataset
 from pytest_neuronsupport.dataset.layout import HUB_SCHEME, README, check_relpath, data_files
 from pytest_neuronsupport.dataset.merge import merge_file
-from pytest_neuronsupport.dataset.store import read_table, upgrade_dataset
 from pytest_neuronsupport.dataset.tables import TABLES
 
 __all__ = ["DATASETS", "HubDataset", "HubError", "PushSummary", "download_file", "repo_of"]

@@ -56,7 +56,7 @@ COPY_BYTES = 64 * 2**20
 MATMUL_SIZE = 1024
 
 
-def bench(params: dict[str, Any], ops: Any) -> dict[str, Any]:
+def perf(params: dict[str, Any], ops: Any) -> dict[str, Any]:
     """Load, compile, time the configuration compiled then eager: the raw timings."""
     kind, device = params["kind"], params["device"]
     failure = Result.FAIL_FORWARD if kind == "encoder" else Result.FAIL_GEN
@@ -68,7 +68,7 @@ def bench(params: dict[str, Any], ops: Any) -> dict[str, Any]:
         model = load_pretrained(model_class(kind, config), params, params["dtype"], device)
         inputs = make_inputs(kind, tokenizer, model, params)
     modules = [model, model.get_encoder()] if kind == "encoder-decoder" else [model]
-    with step("bench", failure):
+    with step("perf", failure):
         compiled = time_rounds(params, ops, model, inputs, tokenizer, compile_first=modules)
         for module in modules:  # back to the eager forward
             del module.forward
@@ -268,7 +268,7 @@ def barrier(name: str) -> None:
         time.sleep(0.001)
 
 
-def main_bench(params: dict[str, Any], run: Any, ops_class: type) -> int:
+def main_perf(params: dict[str, Any], run: Any, ops_class: type) -> int:
     """One replica: run it and write its verdict; several: launch them and gather theirs."""
     mark = os.environ.get(REPLICA_ENV)
     if params["replicas"] > 1 and mark is None:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_neuronsupport.dataset.files import read_table
 from pytest_neuronsupport.dataset.layout import data_files
-from pytest_neuronsupport.dataset.store import read_table
-from pytest_neuronsupport.dataset.training import TRAIN
+from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.views.perf import Grid
 
 __all__ = ["TrainPair", "train_report", "train_tables"]

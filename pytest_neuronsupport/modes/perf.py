@@ -1,9 +1,9 @@
 """The performance mode (``--neuron-bench``): after a model's support run, one performance row
 per configuration (:data:`~pytest_neuronsupport.dataset.perf.PERF`).
 
-It renders one standalone ``bench.py`` per
-configuration from :mod:`pytest_neuronsupport.runners.lib.bench`
-(``<run_dir>/bench-<configuration>/bench.py``), run isolated on leased cores: one core, or one
+It renders one standalone ``perf.py`` per
+configuration from :mod:`pytest_neuronsupport.runners.lib.perf`
+(``<run_dir>/perf-<configuration>/perf.py``), run isolated on leased cores: one core, or one
 per data-parallel replica. Its raw per-round timings become the row's figures through
 :mod:`pytest_neuronsupport.runners.lib.measures`; a benchmark that fails, crashes or times out
 gives a row saying so and no figures.
@@ -37,7 +37,7 @@ from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.settings import Settings
 
 #: The run-side module the benchmark scripts are made of (its entry and the script's).
-BENCH_MODULE = "pytest_neuronsupport.runners.lib.bench"
+PERF_MODULE = "pytest_neuronsupport.runners.lib.perf"
 #: What each runner's models are benchmarked as; other runners are not benchmarked (yet).
 KINDS = {"dense": "decoder", "seq2seq": "encoder-decoder", "encoder": "encoder"}
 #: Throughput's unit and the cost's, by kind.
@@ -140,7 +140,7 @@ class BenchParams(RunParams):
     peaks: dict[str, Any] | None = None
 
 
-class Bench:
+class Perf:
     """The performance mode (``--neuron-bench``): after a model's support run that ran it, one
     row per configuration."""
 
@@ -178,7 +178,7 @@ class Bench:
     def script(
         self, sweep: Sweep, planned: Plan, base: dict[str, Any]
     ) -> Script | list[dict[str, Any]]:
-        """Every configuration's ``bench.py`` is rendered in :meth:`run` (it always runs);
+        """Every configuration's ``perf.py`` is rendered in :meth:`run` (it always runs);
         runners without a benchmark, and sharded models, get a row saying so."""
         runner, s = planned.runner, sweep.settings
         assert runner is not None
@@ -204,7 +204,7 @@ class Bench:
         s, runner, spec = sweep.settings, planned.runner, planned.spec
         assert runner is not None
         params = BenchParams(
-            **sweep.run_fields(spec.id, planned.checkpoint, planned.revision, "bench"),
+            **sweep.run_fields(spec.id, planned.checkpoint, planned.revision, "perf"),
             kind=config.kind,
             batch=config.batch,
             seq_len=config.seq_len,
@@ -218,18 +218,18 @@ class Bench:
             peaks=peaks(s),
         )
         code = ScriptPlan(
-            runner_module=BENCH_MODULE,
-            runner_entry="bench",
-            entry="main_bench",
-            entry_module=BENCH_MODULE,
+            runner_module=PERF_MODULE,
+            runner_entry="perf",
+            entry="main_perf",
+            entry_module=PERF_MODULE,
             ops_class=s.device.rank_ops if config.replicas > 1 else s.device.ops,
             runner_column=runner.column,
             imported_backend=":" in s.backend,
             packages=spec.packages,
-            script_name="bench.py",
+            script_name="perf.py",
         )
         text = render(params, code, sweep.stack)
-        folder = sweep.run_dir(spec.id) / f"bench-{config.key}"
+        folder = sweep.run_dir(spec.id) / f"perf-{config.key}"
         fields: dict[str, Any] = {
             **config.columns(),
             "runner": runner.column,
@@ -239,7 +239,7 @@ class Bench:
             "run_py": text,
             "run_py_sha256": sha256(text),
         }
-        script = folder / "bench.py"
+        script = folder / "perf.py"
         outcome = execute(sweep, text, script, config.replicas, spec.packages, config.key)
         verdict = outcome.verdict
         if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
@@ -414,4 +414,4 @@ def execute(
     """A benchmark script on the model's path, on ``cores`` leased cores
     (:func:`~pytest_neuronsupport.pipeline.modelrun.run_script`; ``key``: its configuration,
     for the status)."""
-    return run_script(sweep, ScriptRun(text, script, cores, needs, step=f"bench {key}".strip()))
+    return run_script(sweep, ScriptRun(text, script, cores, needs, step=f"perf {key}".strip()))
