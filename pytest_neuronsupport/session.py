@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, collect, hub, modes, report, shards, xdist
+from pytest_neuronsupport import baseline, collect, hub, modes, order, report, shards, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
@@ -108,6 +108,7 @@ def configure(config: pytest.Config) -> SweepSession:
     session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
     config.pluginmanager.register(session, "neuronsupport-session")
     config.pluginmanager.register(JunitSkips(config), "neuronsupport-junit-skips")
+    config.pluginmanager.register(order.ListOrder(config, session), "neuronsupport-list-order")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(xdist.XdistHooks(session), "neuronsupport-xdist")
     return session
@@ -214,11 +215,13 @@ class SweepSession:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """With a shard: keep this machine's part of the models, deselect the others."""
+        """With a shard: keep this machine's part of the models, deselect the others; then
+        the order they start in (:mod:`.order`)."""
         if self.settings.shard is not None:
             ids = collect.model_ids(items)
             mine = shards.mine(ids, self.costs(ids), self.settings.shard, self.store)
             collect.deselect(config, items, keep=mine)
+        order.apply(config, items, self.sweep)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models to run are known; start counting (controller only)."""
