@@ -37,6 +37,7 @@ from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.leases import host_bytes
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.reference import reference_file
 from pytest_neuronsupport.pipeline.render import (
@@ -212,7 +213,12 @@ def execute(
         env[REFERENCE_ENV] = str(reference)
     stem = run_py.stem
     names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
-    outcome = sweep.run_isolated(run_py, planned.cores, overlay, timeout_s, env, names)
+    host = host_bytes(
+        planned.weight_bytes, sweep.settings.dtype, host_holds_fp64(planned.weight_bytes)
+    )
+    outcome = sweep.run_isolated(
+        run_py, planned.cores, overlay, timeout_s, env, names, host_bytes=host
+    )
     return replace(outcome, verdict=timed(outcome.verdict, sweep.settings.device))
 
 

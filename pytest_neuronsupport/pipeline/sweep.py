@@ -22,7 +22,7 @@ from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
-from pytest_neuronsupport.pipeline.leases import CoreAllocator
+from pytest_neuronsupport.pipeline.leases import CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
@@ -120,6 +120,11 @@ class Sweep:
         device = self.settings.device
         return CoreAllocator(self.settings.leases / f"{device.name}.json", device.core_count())
 
+    @cached_property
+    def host_memory(self) -> HostMemoryGate:
+        """The host memory runs hold, shared by every sweep on this machine."""
+        return HostMemoryGate(self.settings.leases / "host-memory.json")
+
     @property
     def executor(self) -> Executor:
         """The fork server starts with the first run: a sweep that runs nothing never pays."""
@@ -167,12 +172,14 @@ class Sweep:
         names: tuple[str, str] = ("verdict.json", "output.log"),
         defaults: Mapping[str, str] = RUN_ENV,
         step: str = "run",
+        host_bytes: int | None = None,
     ) -> Outcome:
         """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
         environment over ``defaults``, the device's, then ``env``; its verdict and log in
         ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
         of packages imported before the environment's; ``step``: what the status says it runs
-        (a benchmark's configuration...), before the run's own phase."""
+        (a benchmark's configuration...), before the run's own phase; ``host_bytes``: the host
+        memory it needs (:func:`.leases.host_bytes`), held first (None: not gated)."""
         s = self.settings
         environment = {**defaults, **os.environ}
         environment.update(s.device.run_env(s.cache))
@@ -180,7 +187,7 @@ class Sweep:
         environment.update(env or {})
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
-        with self.allocator.lease(cores) as lease:
+        with self.host_memory.hold(host_bytes) as held, self.allocator.lease(cores) as lease:
             log = script.parent / names[1]
             log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
             self.phases.mark(step, log=log)
@@ -199,5 +206,7 @@ class Sweep:
 
             def started(pid: int) -> None:
                 self.allocator.add_pid(lease, pid)  # the run holds the lease too
+                if held is not None:
+                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
 
             return self.executor.run(request, started=started)
