@@ -184,13 +184,21 @@ def reorder(items: list[Any], order: Sequence[str], key: Callable[[Any], str | N
 # --- the sweep's side: its collection, and its reports in list order ---------------------------
 
 
+#: The key of a worker's ``workerinput`` that holds the controller's scheduling: its ``--dist``
+#: and ``--maxschedchunk`` (a worker's own options say ``--dist no``).
+SCHEDULING_KEY = "neuronsupport_scheduling"
+
+
 def workers_of(config: Any) -> tuple[int, int | None]:
     """The sweep's xdist workers that share out its items with the ``load`` scheduler, and
     its ``--maxschedchunk`` (1 worker: not under xdist, or another scheduler)."""
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is None or config.getoption("dist", "load") != "load":
+    if workerinput is None:
         return 1, None
-    return int(workerinput.get("workercount", 1)), config.getoption("maxschedchunk", None)
+    dist, most = workerinput.get(SCHEDULING_KEY) or ("load", None)
+    if dist != "load":
+        return 1, None
+    return int(workerinput.get("workercount", 1)), most
 
 
 def apply(config: Any, items: list[Any], sweep: Any) -> None:
@@ -232,12 +240,19 @@ def list_ids(lists: Sequence[Path], runners: Any) -> list[str]:
 
 
 class ListOrder:
-    """The sweep's reports in list order whatever order its models ran in: the rows the
-    terminal summary lists, and junit's test cases (``--junitxml``), put in list order as the
-    session ends, before either is written (the dataset's files are sorted by model)."""
+    """The controller's side: its scheduling handed to the workers (:func:`workers_of`), and
+    the sweep's reports in list order whatever order its models ran in: the rows the terminal
+    summary lists, and junit's test cases (``--junitxml``), put in list order as the session
+    ends, before either is written (the dataset's files are sorted by model)."""
 
     def __init__(self, config: Any, session: Any) -> None:
         self.config, self.session = config, session
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: only with it
+    def pytest_configure_node(self, node: Any) -> None:
+        option = self.config.option
+        scheduling = (getattr(option, "dist", "load"), getattr(option, "maxschedchunk", None))
+        node.workerinput[SCHEDULING_KEY] = scheduling
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self) -> None:
@@ -253,4 +268,6 @@ class ListOrder:
 
         xml = self.config.stash.get(xml_key, None)
         if xml is not None:  # pytest's own list of its test cases, in the order they ended
-            xml.node_reporters_ordered.sort(key=lambda r: rank(str(r.id).rsplit("::", 1)[-1]))
+            # (each finalized: only its element is left, named by the model)
+            ordered = xml.node_reporters_ordered
+            ordered.sort(key=lambda reporter: rank(str(reporter.to_xml().get("name"))))

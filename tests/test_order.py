@@ -167,3 +167,39 @@ def test_items_are_put_in_the_order_others_stay_at_the_end() -> None:
     items: list[Any] = ["a", "x", "b", "c"]
     order.reorder(items, ["c", "a", "b"], lambda i: None if i == "x" else i)
     assert items == ["c", "a", "b", "x"]
+
+
+#: Records, in each xdist worker, the models it starts, in the order it starts them.
+STARTS_CONFTEST = """
+import os
+
+def pytest_runtest_logstart(nodeid, location):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"starts-{worker}.txt", "a", encoding="utf-8") as f:
+        f.write(nodeid.rsplit("::", 1)[-1] + "\\n")
+"""
+
+
+@pytest.mark.slow
+def test_under_two_workers_the_largest_start_first_and_the_reports_keep_list_order(
+    sweep: Any,
+) -> None:
+    """Four zoo models whose list entries say they grow down the list: under ``-n 2`` the two
+    largest start first, one on each worker, and each worker goes down by size; the dataset's
+    rows (sorted by model), junit and the summary keep the lists' order."""
+    sweep.makeconftest(STARTS_CONFTEST)
+    listed = ["zoo:bert", "zoo:distilbert-sst", "zoo:roberta-qa", "zoo:bert-mlm"]
+    entries = [{"id": m, "parameters": 10**6 * (k + 1)} for k, m in enumerate(listed)]
+    done = sweep.run(*entries, args=["-n", "2", "-v"])
+    done.result.assert_outcomes(passed=4)
+    by_size = listed[::-1]
+    starts = [
+        path.read_text(encoding="utf-8").split()
+        for path in sorted(sweep.path.glob("starts-gw*.txt"))
+    ]
+    assert sorted(s[0] for s in starts) == sorted(by_size[:2])  # the two largest at once
+    for started in starts:
+        assert started == sorted(started, key=by_size.index)  # each worker down by size
+    assert sorted(m for s in starts for m in s) == sorted(listed)
+    assert list(done.testcases) == listed  # junit: the lists' order
+    assert list(done.rows) == sorted(listed)  # the dataset: by model, whatever ran first
