@@ -18,7 +18,12 @@ ranks). What is simulated is the device and the models:
   and the CPU reference of the fleet's phase model (:func:`phases`), each divided by
   ``--scale``, and appends each phase to an events file with the simulated host memory it holds;
 * a stand-in device (``fleet_plugin_for_benchmark.py``): the CPU device with 64 cores of 24 GB
-  and a host of 2 TiB.
+  and a host of 2 TiB, which the plugin's host-memory gate reads (its available and total
+  memory, each run's resident memory: what the stand-in runs' phases hold).
+
+The list says each entry's parameter count, as ``neuronsupport select`` writes the Hub's, so
+the plugin's order by cost (``--neuron-order cost``, its default) starts the largest first;
+``--neuron order=list`` keeps the list's order.
 
 It prints, in simulated seconds (real seconds x ``--scale``), the makespan against its lower
 bound (device work: the core-seconds of compiles and device runs / the cores, or the longest
