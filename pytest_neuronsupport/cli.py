@@ -55,26 +55,25 @@ def _pair(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--pair", metavar="PAIR", help=help)
 
 
-def parser() -> argparse.ArgumentParser:
+def _epilog() -> str:
+    """The command's help after its options: the commands, then what ``--results`` may name."""
     results_default = options.BY_NAME["results"].default_text
-    p = argparse.ArgumentParser(
-        prog="neuronsupport",
-        description=__doc__.splitlines()[0],
-        epilog="\n".join(
-            [
-                *__doc__.splitlines()[2:],
-                "",
-                f"Commands that read results take --results DIR (default {results_default}).",
-                "It may name a shared dataset too: s3://BUCKET/PREFIX (read through its local",
-                "copy in the cache, pulled first), or a Hub dataset repo (at HF_ENDPOINT),",
-                "hf://datasets/ORG/NAME (its files at its head).",
-            ]
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    return "\n".join(
+        [
+            *__doc__.splitlines()[2:],
+            "",
+            f"Commands that read results take --results DIR (default {results_default}).",
+            "It may name a shared dataset too: s3://BUCKET/PREFIX (read through its local",
+            "copy in the cache, pulled first), or a Hub dataset repo (at HF_ENDPOINT),",
+            "hf://datasets/ORG/NAME (its files at its head).",
+        ]
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
 
+
+_Commands = argparse._SubParsersAction  # the parsers of a command's subcommands
+
+
+def _zoo_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     zoo_parser = sub.add_parser("zoo", help="the offline tiny-model zoo")
     zoo_sub = zoo_parser.add_subparsers(dest="zoo_command", required=True)
     zoo_list = zoo_sub.add_parser("list", help="list the tiny models")
@@ -94,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _options(build, "cache")  # as --neuron-cache
 
+
+def _select_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     select = sub.add_parser(
         "select", help="write a model list from the Hub's rankings (at HF_ENDPOINT), pinned"
     )
@@ -109,10 +110,14 @@ def parser() -> argparse.ArgumentParser:
     )
     _options(select, "device", "max-cores", "core-memory")
 
+
+def _lookup_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     lookup = sub.add_parser("lookup", help="every recorded row of a model, one line per pair")
     lookup.add_argument("model", metavar="MODEL", help="a model id, or part of one (any case)")
     _results(lookup)
 
+
+def _diff_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     diff = sub.add_parser(
         "diff",
         help="the models whose result differs between two pairs, over the models in both; "
@@ -123,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--format", choices=("text", "csv", "json"), default="text")
     _results(diff)
 
+
+def _failures_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     failures = sub.add_parser(
         "failures", help="a pair's failed models grouped by cause, most models first"
     )
@@ -130,6 +137,8 @@ def parser() -> argparse.ArgumentParser:
     failures.add_argument("--format", choices=("text", "json"), default="text")
     _results(failures)
 
+
+def _operators_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     ops = sub.add_parser(
         "operators",
         help="the ATen operators ranked by the models they block or run on the CPU in",
@@ -141,6 +150,8 @@ def parser() -> argparse.ArgumentParser:
     ops.add_argument("--format", choices=("text", "json"), default="text")
     _results(ops)
 
+
+def _coverage_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     cover = sub.add_parser(
         "coverage",
         help="the support matrix by architecture: one line per model type and head class",
@@ -159,6 +170,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _results(cover)
 
+
+def _baseline_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     base = sub.add_parser("baseline", help="expected results per model, for a CI check")
     base_sub = base.add_subparsers(dest="baseline_command", required=True)
     update = base_sub.add_parser("update", help="write (or refresh) a baseline from a dataset")
@@ -166,6 +179,8 @@ def parser() -> argparse.ArgumentParser:
     _results(update)
     _pair(update, "the pair to take (default: the dataset's only pair)")
 
+
+def _check_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     check = sub.add_parser("check", help="hold a dataset against a baseline; exit 1 if it fails")
     check.add_argument("--baseline", metavar="FILE", required=True, help="the baseline file")
     check.add_argument(
@@ -174,21 +189,14 @@ def parser() -> argparse.ArgumentParser:
     _results(check)
     _pair(check, "the pair to hold against it (default: the baseline's)")
 
+
+def _page_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     page = sub.add_parser("page", help="write a static page of the results (opens from file://)")
     page.add_argument("--out", metavar="DIR", required=True, help="folder for index.html")
     _results(page)
 
-    card = sub.add_parser("card", help="write <results>/README.md, the dataset's card")
-    _results(card)
 
-    upgrade = sub.add_parser("upgrade", help="rewrite data files of an older schema in place")
-    _results(upgrade)
-
-    merge = sub.add_parser(
-        "merge", help="fold the rows the shards published (s3://) or left in journals (a folder)"
-    )
-    _results(merge)
-
+def _push_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     push = sub.add_parser(
         "push",
         help="publish the results to a Hub dataset repo (merged with its rows; one commit) "
@@ -198,16 +206,8 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--space", metavar="ORG/NAME", help="the static Space for the page")
     _results(push)
 
-    train = sub.add_parser(
-        "train-report", help="the training table: largest batch native and compiled, per model"
-    )
-    _results(train)
 
-    perf = sub.add_parser(
-        "perf", help="the performance tables (encoders, decoders, encoder-decoders)"
-    )
-    _results(perf)
-
+def _dashboard_arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
     board = sub.add_parser(
         "dashboard",
         help="one column per pair: pass rate, speedup, compile time, memory, graph breaks, "
@@ -215,6 +215,52 @@ def parser() -> argparse.ArgumentParser:
     )
     board.add_argument("--format", choices=("text", "json"), default="text")
     _results(board)
+
+
+def _reads(name: str, help: str) -> Callable[[_Commands[argparse.ArgumentParser]], None]:
+    """A command whose only option is ``--results``."""
+
+    def arguments(sub: _Commands[argparse.ArgumentParser]) -> None:
+        _results(sub.add_parser(name, help=help))
+
+    return arguments
+
+
+_COMMAND_ARGUMENTS: tuple[Callable[[_Commands[argparse.ArgumentParser]], None], ...] = (
+    _zoo_arguments,
+    _select_arguments,
+    _lookup_arguments,
+    _diff_arguments,
+    _failures_arguments,
+    _operators_arguments,
+    _coverage_arguments,
+    _baseline_arguments,
+    _check_arguments,
+    _page_arguments,
+    _reads("card", "write <results>/README.md, the dataset's card"),
+    _reads("upgrade", "rewrite data files of an older schema in place"),
+    _reads("merge", "fold the rows the shards published (s3://) or left in journals (a folder)"),
+    _push_arguments,
+    _reads("train-report", "the training table: largest batch native and compiled, per model"),
+    _reads("perf", "the performance tables (encoders, decoders, encoder-decoders)"),
+    _dashboard_arguments,
+)
+"""Each command's arguments, in the order ``--help`` lists the commands."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``neuronsupport`` command's parser, each command's arguments from
+    :data:`_COMMAND_ARGUMENTS`."""
+    p = argparse.ArgumentParser(
+        prog="neuronsupport",
+        description=__doc__.splitlines()[0],
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for arguments in _COMMAND_ARGUMENTS:
+        arguments(sub)
     return p
 
 

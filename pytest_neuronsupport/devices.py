@@ -109,6 +109,11 @@ class Device:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
 
+    def reference_env(self, cores: int) -> dict[str, str]:
+        """Environment of a CPU reference's pass for a run of ``cores`` cores: it holds none of
+        the device's (an accelerator's runtime is not started: the pass never touches it)."""
+        return {}
+
     def graphs(self, inductor: Mapping[str, Any]) -> dict[str, int | None]:
         """A run's ``graphs_cached`` and ``graphs_compiled``: the hits of inductor's FX graph
         cache, and its misses and bypasses (``inductor``: the run's
@@ -222,6 +227,10 @@ class CudaDevice(Device):
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ",".join(str(c) for c in sorted(cores))}
 
+    def reference_env(self, cores: int) -> dict[str, str]:
+        """No GPU is visible to a CPU reference's pass."""
+        return {"CUDA_VISIBLE_DEVICES": ""}
+
     def core_capacity_gb(self) -> float:
         import torch
 
@@ -246,6 +255,11 @@ class CpuDevice(Device):
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
         n = str(len(cores))
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+    def reference_env(self, cores: int) -> dict[str, str]:
+        """The CPU is the device here: a reference's pass uses as many threads as its run's
+        cores, as the run itself would (unpinned: it holds no lease)."""
+        return self.pin_env(range(cores))
 
     def core_capacity_gb(self) -> float:
         """The machine's memory shared evenly among its cores."""

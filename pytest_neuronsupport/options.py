@@ -176,6 +176,15 @@ OPTIONS: tuple[Option, ...] = (
         "GB",
         kind="float",
     ),
+    Option(
+        "prefetch-gb",
+        "download the files of the models to come while others run, up to this much not yet "
+        "run (no more than --neuron-hub-cache-max); 0: only each model's own, before its "
+        "cores are leased",
+        "GB",
+        kind="float",
+        default=50,
+    ),
     Option("max-cores", "largest number of cores a model may get", "N", kind="int", default=16),
     Option(
         "core-memory",

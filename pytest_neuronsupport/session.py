@@ -37,6 +37,7 @@ from pytest_neuronsupport.dataset.tables import register, table_named
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
 from pytest_neuronsupport.modes import Mode, ModeOutcome
+from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.progress import (
     Progress,
@@ -169,6 +170,8 @@ class SweepSession:
     unchecked_failing: list[str] = field(default_factory=list)
     progress: Progress | None = None
     ticker: Ticker | None = None
+    #: Downloads the models to come while others run (controller only): ``--neuron-prefetch-gb``.
+    prefetcher: prefetch.Prefetcher | None = None
 
     @cached_property
     def sweep(self) -> Sweep:
@@ -356,6 +359,8 @@ class SweepSession:
         if not outcomes:
             return
         self.hub_done.add(outcomes[0].model_id)
+        if self.prefetcher is not None:  # what it fetched for the model leaves its budget
+            self.prefetcher.done(outcomes[0].model_id)
         gb = self.settings.hub_cache_max_gb
         limit = hub.default_bound() if gb is None else int(gb * hub.GB)
         if limit is not None:
@@ -472,8 +477,23 @@ class SweepSession:
         """The recorded ``wall_s`` of each model of this sweep's pair."""
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
+    def start_prefetch(self, models: list[str]) -> None:
+        """Download the files of ``models`` (in start order) while others run, within
+        ``--neuron-prefetch-gb`` (:class:`~pytest_neuronsupport.pipeline.prefetch.Prefetcher`)."""
+        s = self.settings
+        budget = prefetch.ahead_budget(s.prefetch_gb, s.hub_cache_max_gb)
+        if not models or budget <= 0 or self.prefetcher is not None or prefetch.offline():
+            return
+        specs = self.listed or {e.id: e for path in s.lists for e in parse(path, self.runners)}
+        listed = [specs[model] for model in models if model in specs]
+        recorded = partial(self.sweep.recorded, SUPPORT)
+        ahead = prefetch.upcoming(listed, recorded, s.rerun, s.limit)
+        self.prefetcher = prefetch.Prefetcher(budget)
+        self.prefetcher.start([(spec.id, spec.revision) for spec in ahead])
+
     def start_progress(self, models: list[str]) -> None:
         """Count the sweep's models; with a line per model, the status ticks from now on."""
+        self.start_prefetch(models)
         self.progress = Progress(models, self.costs(models))
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is None or not self.lines_per_model or self.ticker is not None:
@@ -487,7 +507,10 @@ class SweepSession:
         self.ticker.start()
 
     def stop_progress(self) -> None:
-        """The status stops; the sweep's phase files go (the controller's, at its end)."""
+        """The status stops, and the prefetch; the sweep's phase files go (the controller's,
+        at its end)."""
+        if self.prefetcher is not None:
+            self.prefetcher.stop()
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None

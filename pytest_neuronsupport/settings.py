@@ -46,6 +46,8 @@ class Settings:
     max_memory_gb: float | None = declared("max-memory")
     #: The Hub cache's bound, in GB (None: none): see :func:`pytest_neuronsupport.hub.bound_cache`.
     hub_cache_max_gb: float | None = declared("hub-cache-max")
+    #: What may be downloaded ahead of the models' runs, in GB: see :mod:`.pipeline.prefetch`.
+    prefetch_gb: float = declared("prefetch-gb")
     max_cores: int = declared("max-cores")
     #: Memory of one core for sizing; None: the device's own figure.
     core_memory_gb: float | None = declared("core-memory")
@@ -198,6 +200,7 @@ def settings_from(config: pytest.Config) -> Settings:
         minify_timeout_s=get("minify-timeout"),
         max_memory_gb=get("max-memory"),
         hub_cache_max_gb=get("hub-cache-max"),
+        prefetch_gb=get("prefetch-gb"),
         max_cores=max_cores,
         core_memory_gb=get("core-memory"),
         prefill_chunk=chunk or None,

@@ -431,3 +431,18 @@ def swapped_top_two_backend_for_tests(
         return type(outputs)(changed) if isinstance(outputs, (list, tuple)) else changed[0]
 
     return run
+
+
+def waits_for_prefetch_backend_for_tests(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    """Compiles as eager, after waiting (60 s at most) inside the run, holding its cores, for a
+    file that ``NEURONSUPPORT_TEST_WAIT_FOR`` names (a glob) to appear: the next model's weights,
+    which the sweep must download while this one runs. Appends ``present`` or ``absent`` to the
+    file ``NEURONSUPPORT_TEST_SAW`` names."""
+    import glob
+
+    pattern, deadline = os.environ["NEURONSUPPORT_TEST_WAIT_FOR"], time.monotonic() + 60
+    while not glob.glob(pattern) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(os.environ["NEURONSUPPORT_TEST_SAW"], "a", encoding="utf-8") as saw:
+        saw.write("present\n" if glob.glob(pattern) else "absent\n")
+    return gm.forward

@@ -35,11 +35,12 @@ def gate(tmp_path: Path, available_gib: float = 10, total_gib: float = 16) -> Ho
 
 def test_the_estimate_is_the_weights_copies_with_its_margin() -> None:
     bf16 = 2 * 10**9  # a 1B model
-    # bf16 run + fp32 reference: 1.25 x 1e9 x (2 + 4) + 1 GiB
-    assert host_bytes(bf16, "bf16") == int(1.25 * 6e9) + GIB
-    # fp32 run + fp32 and fp64 reference: 1.25 x 1e9 x (4 + 12) + 1 GiB
-    assert host_bytes(bf16, "fp32", fp64=True) == int(1.25 * 16e9) + GIB
-    assert host_bytes(None, "bf16") is None  # size unknown: not gated
+    assert host_bytes(bf16, "bfloat16") == int(1.25 * 2e9) + GIB  # the device's run alone
+    # a reference's pass: fp32 and fp64, 1.25 x 1e9 x 12 + 1 GiB
+    assert host_bytes(bf16, None, "fp64") == int(1.25 * 12e9) + GIB
+    # an fp32 run that computes its fp32 reference too: 1.25 x 1e9 x (4 + 4) + 1 GiB
+    assert host_bytes(bf16, "float32", "fp32") == int(1.25 * 8e9) + GIB
+    assert host_bytes(None, "bfloat16") is None  # size unknown: not gated
 
 
 def test_a_run_waits_until_the_memory_it_needs_is_free(tmp_path: Path) -> None:

@@ -9,12 +9,20 @@ the tiny list's sweep, and the compile cache cold then warm in
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
+from pytest_neuronsupport.dataset.layout import run_dirname
 from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, PHASE_COLUMNS
 from pytest_neuronsupport.devices import DEVICES
-from pytest_neuronsupport.modes.support import timed
-from pytest_neuronsupport.runners.lib.protocol import phase_times
+from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.modelrun import timed, told
+from pytest_neuronsupport.runners.lib.protocol import REFERENCE_FAILED_ENV, phase_times
+from pytest_neuronsupport.runners.lib.reference import ReferenceFailed, cached_reference
+from tests.shared_sweeps import SUPPORT
+from tests.sweeping import Sweep
 
 #: A decoder's marks: the tokenizer's load, the model's, generation, the reference, the end.
 DECODER = [["load", 10.0], ["load", 10.5], ["gen", 12.0], ["reference", 20.0], ["", 21.0]]
@@ -95,3 +103,52 @@ def test_lookup_says_where_a_rows_time_went() -> None:
     )
     assert phases_line({"load_s": 1.0, "graphs_cached": None}) == "time: load 1.0s"
     assert phases_line({"wall_s": 3.0}) is None  # a row of a file before the phase times
+
+
+# --- the CPU reference, off the lease: its own pass before the device's run --------------------
+
+
+@pytest.mark.slow
+@SUPPORT
+def test_the_reference_is_computed_before_the_lease_and_the_device_run_only_reads_it(
+    tiny_sweep: Sweep,
+) -> None:
+    """Every model held to a CPU reference computed it in a pass of its own script that held no
+    core (``run-reference.json``: reference only), whose time is the row's ``reference_s``; the
+    device's run read it from its file; ``core_s`` is its cores times its run's seconds."""
+    assert tiny_sweep.runner is not None
+    checked = 0
+    for model_id, row in tiny_sweep.rows.items():
+        if row["result"] == "EXCLUDED":
+            assert row["core_s"] is None, model_id
+            continue
+        assert row["core_s"] >= row["neuron_cores"] * row["wall_s"] - 0.01 > 0, model_id
+        folder = next(tiny_sweep.runner.results.glob(f"runs/*/*/{run_dirname(model_id)}"))
+        if not (folder / "run-reference.json").is_file():
+            continue  # its output is not held to the CPU's (several cores, the host too small)
+        before = json.loads((folder / "run-reference.json").read_text(encoding="utf-8"))
+        assert before["reference_only"] is True and "reference_error" not in before, model_id
+        assert json.loads(row["check"])["reference_cached"] is True, model_id  # read, not made
+        spent = phase_times(before["phases"], 0.0)["reference_s"]
+        assert row["reference_s"] == spent > 0, model_id
+        checked += 1
+    assert checked >= len(tiny_sweep.rows) // 2  # decoders, encoders, seq2seq, two cores
+
+
+def test_a_failed_reference_pass_is_told_to_the_device_run_which_computes_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass's error reaches the device's run as it was raised there; the run does not
+    compute the reference again (its computation is never called)."""
+    error = "RuntimeError('the CPU ran out of patience')"
+    failed = Outcome(0, False, 1.0, {"reference_only": True, "reference_error": error}, "")
+    monkeypatch.setenv(REFERENCE_FAILED_ENV, told(failed)[REFERENCE_FAILED_ENV])
+
+    def never() -> dict[str, Any]:
+        raise AssertionError("computed again")
+
+    with pytest.raises(ReferenceFailed) as raised:
+        cached_reference({"dtype": "float32"}, never)
+    assert f"{raised.value!r}" == error
+    assert told(Outcome(0, False, 1.0, {"reference_only": True}, "")) == {}
+    assert told(Outcome(1, False, 1.0, None, "Traceback")) == {}  # a runner that ignored it

@@ -137,6 +137,10 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("backend_compile_s", pa.float64()),
         # the output check's numbers against float64 (appended: older files load them null)
         *(pa.field(name, pa.float64()) for name in FP64_COLUMNS),
+        # the device's cores held, times the seconds (appended: older files load it null)
+        pa.field("core_s", pa.float64()),
+        # the download of its files before its lease (appended: older files load it null)
+        pa.field("download_s", pa.float64()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -199,11 +203,18 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "when the judge did not run."
     ),
     "wall_s": (
-        "Seconds of the whole run, from its first phase to its verdict: loading, compiling, "
-        "generating or the forward pass, the CPU reference (the phase times add up to it but "
-        "for a remainder: the judge, and the moments between phases); for a run without a "
-        "verdict, the run's wall time. Files written before the phase times counted from "
-        "loading the model to the end of generation or of the forward pass."
+        "Seconds of the device's run (on its leased cores), from its first phase to its "
+        "verdict: loading, compiling, generating or the forward pass, and the check against "
+        "the CPU reference (the phase times add up to it but for a remainder: the judge, the "
+        "moments between phases; and `reference_s` where the reference was computed before "
+        "the run, off its lease); for a run without a verdict, the run's wall time. Files "
+        "written before the phase times counted from loading the model to the end of "
+        "generation or of the forward pass."
+    ),
+    "core_s": (
+        "Core-seconds the run held: its cores (`neuron_cores`) times the seconds of its "
+        "leased run (the CPU reference, computed before it in a process holding no core, is "
+        "not in it); null in files written before the column existed, and for EXCLUDED rows."
     ),
     "hbm_peak_gb": (
         "Peak device memory of the run in GB (torch's counters; on the CPU the peak resident set)."
@@ -307,8 +318,10 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "Seconds of the forward pass (encoders), without `compile_s`; null for a decoder."
     ),
     "reference_s": (
-        "Seconds of the CPU reference and the check against it; near 0 when the reference "
-        "was read from the cache (`reference_cached` in `check`); null when none ran."
+        "Seconds of the CPU reference: computed before the device's run, in a process that "
+        "holds none of the device's cores (not in `wall_s` nor `core_s`); near 0 when it was "
+        "read from the cache (`reference_cached` in `check`); for a runner that computes it "
+        "in its device run, that phase's seconds (then within `wall_s`); null when none ran."
     ),
     "graphs_cached": (
         "Graphs the compile cache served (inductor's FX graph cache hits on the CPU and "
@@ -358,6 +371,12 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     "fp64_tolerance": (
         "The largest `fp64_error_device` that passes: `3 * fp64_error_eager` plus a floor of "
         "the dtype's epsilon (see the output check in the runners' documentation)."
+    ),
+    "download_s": (
+        "Seconds of fetching a Hub checkpoint's files into the local cache before the run "
+        "leased its cores (not in `wall_s`: no core waited for it); near 0 when they were "
+        "there already (downloaded ahead while other models ran); null for a local checkpoint "
+        "or offline."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

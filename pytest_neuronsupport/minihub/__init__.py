@@ -228,29 +228,36 @@ class MiniHub:
         if gated not in (False, True, "auto", "manual"):
             raise ValueError(f"gated must be False, True, 'auto' or 'manual', not {gated!r}")
         content = self._content(folder, files)
-        created = _as_datetime(created_at)
+        repo = _Repo(
+            repo_id=repo_id,
+            pipeline_tag=pipeline_tag,
+            tags=tuple(tags),
+            downloads=downloads,
+            trending_score=trending_score,
+            likes=likes,
+            gated=gated,
+            library_name=library_name,
+            created_at=_as_datetime(created_at),
+            config=config,
+            safetensors_parameters=safetensors_parameters,
+            transformers_info=transformers_info,
+            gguf=gguf,
+        )
+        return self._add_model_repo(repo, content, title, sha)
+
+    def _add_model_repo(
+        self, repo: _Repo, content: dict[str, bytes], title: str, sha: str | None
+    ) -> str:
+        """Serve the new model repo *repo*, its first commit dated its creation; its sha."""
         with self._lock:
-            if repo_id in self._repos:
-                raise ValueError(f"repo {repo_id} exists: use add_commit, or remove_model first")
+            if repo.repo_id in self._repos:
+                raise ValueError(
+                    f"repo {repo.repo_id} exists: use add_commit, or remove_model first"
+                )
             self._order += 1
-            repo = _Repo(
-                repo_id=repo_id,
-                pipeline_tag=pipeline_tag,
-                tags=tuple(tags),
-                downloads=downloads,
-                trending_score=trending_score,
-                likes=likes,
-                gated=gated,
-                library_name=library_name,
-                created_at=created,
-                config=config,
-                safetensors_parameters=safetensors_parameters,
-                transformers_info=transformers_info,
-                gguf=gguf,
-                order=self._order,
-            )
-            commit = self._make_commit(repo, None, content, created, title, sha)
-            self._repos[repo_id] = repo
+            repo.order = self._order
+            commit = self._make_commit(repo, None, content, repo.created_at, title, sha)
+            self._repos[repo.repo_id] = repo
             repo.commits.append(commit)
             return commit.sha
 

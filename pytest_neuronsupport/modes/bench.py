@@ -26,8 +26,9 @@ from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.peaks import documented as documented_peaks
-from pytest_neuronsupport.pipeline import classify, packages
+from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
 from pytest_neuronsupport.pipeline.sweep import Sweep
@@ -410,10 +411,7 @@ def execute(
     needs: tuple[str, ...] = (),
     key: str = "",
 ) -> Outcome:
-    """Write a benchmark script and run it isolated on ``cores`` leased cores (``key``: its
-    configuration, for the status)."""
-    s = sweep.settings
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(text, encoding="utf-8")
-    overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None
-    return sweep.run_isolated(script, cores, overlay, step=f"bench {key}".strip())
+    """A benchmark script on the model's path, on ``cores`` leased cores
+    (:func:`~pytest_neuronsupport.pipeline.modelrun.run_script`; ``key``: its configuration,
+    for the status)."""
+    return run_script(sweep, ScriptRun(text, script, cores, needs, step=f"bench {key}".strip()))

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from pytest_neuronsupport import faults
 from pytest_neuronsupport.dataset.schema import Table, row_to_json, validate_row
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.pipeline import classify, prefetch
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import sha256
 from pytest_neuronsupport.pipeline.sweep import Sweep
@@ -219,8 +219,15 @@ def test(
                     return ModeOutcome(name, spec.id, unchanged=True, reason=why)
                 if mode.budgeted and not sweep.budget.take():
                     return ModeOutcome(name, spec.id, reason=limit)
-                script.path.parent.mkdir(parents=True, exist_ok=True)
-                rows = mode.run(sweep, planned, script, base)
+                fetched = fetch(sweep, planned, mode.table)  # its files, before its lease
+                if fetched.fault is not None:
+                    return ModeOutcome(name, spec.id, fault=fetched.fault)
+                base = {**base, **fetched.columns}
+                if fetched.error is not None:
+                    rows = [{**base, **classify.load_failed(fetched.error)}]
+                else:
+                    script.path.parent.mkdir(parents=True, exist_ok=True)
+                    rows = mode.run(sweep, planned, script, base)
     except Exception as exc:  # a bug of ours must not cost the model its row; a fault: no row
         if (fault := faults.of(exc)) is not None:
             return ModeOutcome(name, spec.id, fault=str(fault))
@@ -236,6 +243,17 @@ def test(
         return ModeOutcome(name, spec.id, fault=str(ran_into[0]))
     run_py = None if script is None else str(script.path)
     return ModeOutcome(name, spec.id, recorded_rows, run_py=run_py)
+
+
+def fetch(sweep: Sweep, planned: Plan, table: Table) -> prefetch.Fetched:
+    """A Hub checkpoint's files, fetched into the cache before its lease (:mod:`.prefetch`):
+    how long it took, for ``table``'s ``download_s`` if it has one."""
+    if planned.hub:
+        sweep.phases.mark("download")
+    fetched = prefetch.before_lease(planned.checkpoint, planned.revision, planned.hub)
+    if "download_s" in table.schema.names:
+        return fetched
+    return prefetch.Fetched(error=fetched.error, fault=fetched.fault)
 
 
 def test_entry(modes: Sequence[Mode], sweep: Sweep, spec: ModelSpec) -> Iterator[ModeOutcome]:

@@ -32,12 +32,11 @@ from typing import Any
 
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.schema import SUPPORT
-from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
-from pytest_neuronsupport.pipeline.leases import host_bytes
+from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script, scratch_reference
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.reference import reference_file
 from pytest_neuronsupport.pipeline.render import (
@@ -49,7 +48,7 @@ from pytest_neuronsupport.pipeline.render import (
 )
 from pytest_neuronsupport.pipeline.sizing import host_holds_fp32, host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import Sweep
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, Result, phase_times
+from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.settings import Settings
 
 
@@ -165,16 +164,12 @@ def script_parts(
 def attempt(
     sweep: Sweep, planned: Plan, parts: tuple[RunParams, ScriptPlan], run_py: Path, text: str
 ) -> dict[str, Any]:
-    """Write ``run.py`` (``text``, rendered from ``parts``), install the packages it needs, run
-    it: the row fields it comes to."""
-    run_py.write_text(text, encoding="utf-8")
-    overlay, needs = None, parts[1].packages
-    if needs:
-        try:
-            overlay = packages.overlay(needs, sweep.settings.cache, sweep.settings.timeout_s)
-        except packages.PackageError as exc:
-            return classify.not_installed(exc)
-    return classify.ran(execute(sweep, planned, parts, run_py, overlay))
+    """Run ``run.py`` (``text``, rendered from ``parts``) on the model's path: the row fields
+    it comes to (a package it needs that cannot be installed: FAIL(load))."""
+    try:
+        return classify.ran(execute(sweep, planned, parts, run_py, text))
+    except packages.PackageError as exc:
+        return classify.not_installed(exc)
 
 
 def minified(
@@ -183,12 +178,10 @@ def minified(
     """The failed run again as ``minify.py``, under PyTorch's minifier: the row fields with its
     repro (:mod:`pytest_neuronsupport.pipeline.minify`)."""
     params, code = script_parts(sweep, planned, needs)
-    script = run_py.with_name(minify.SCRIPT)
     code = replace(code, minified=True, script_name=minify.SCRIPT)
-    script.write_text(render(params, code, sweep.stack), "utf-8")
-    s = sweep.settings
-    overlay = packages.overlay(needs, s.cache, s.timeout_s) if needs else None  # made
-    outcome = execute(sweep, planned, (params, code), script, overlay, s.minify_timeout_s)
+    text, script = render(params, code, sweep.stack), run_py.with_name(minify.SCRIPT)
+    timeout_s = sweep.settings.minify_timeout_s
+    outcome = execute(sweep, planned, (params, code), script, text, timeout_s)
     return minify.with_repro(fields, outcome, run_py.parent)
 
 
@@ -196,46 +189,21 @@ def execute(
     sweep: Sweep,
     planned: Plan,
     parts: tuple[RunParams, ScriptPlan],
-    run_py: Path,
-    overlay: Path | None = None,
+    script: Path,
+    text: str,
     timeout_s: float | None = None,
 ) -> Outcome:
-    """Run a model's script (rendered from ``parts``) with its CPU reference (the file that
-    holds or will hold it) isolated on its cores (importing the packages of ``overlay`` before
-    the environment's; ``timeout_s``: the sweep's own). ``run.py`` writes ``verdict.json`` and
-    ``output.log``, another script ``<stem>.json`` and ``<stem>.log``."""
+    """A model's script (``text``, rendered from ``parts``) on the model's path
+    (:func:`~pytest_neuronsupport.pipeline.modelrun.run_script`), with its CPU reference: the
+    file that holds or will hold it (none where its output is not held to the CPU's)."""
+    params, code = parts
     # hashing the checkpoint's files happens before the lease: the cores wait for no I/O
-    folder = sweep.settings.cache / "references"
-    reference = reference_file(folder, planned, sweep.stack, *parts)
-    env = {}
-    if reference is not None:
-        reference.parent.mkdir(parents=True, exist_ok=True)
-        env[REFERENCE_ENV] = str(reference)
-    stem = run_py.stem
-    names = ("verdict.json", "output.log") if stem == "run" else (f"{stem}.json", f"{stem}.log")
-    host = host_bytes(
-        planned.weight_bytes, sweep.settings.dtype, host_holds_fp64(planned.weight_bytes)
-    )
-    outcome = sweep.run_isolated(
-        run_py, planned.cores, overlay, timeout_s, env, names, host_bytes=host
-    )
-    return replace(outcome, verdict=timed(outcome.verdict, sweep.settings.device))
-
-
-#: What a run reports for its phase times (:func:`timed`), not columns of its row.
-TIMING_KEYS = ("phases", "dynamo", "counters")
-
-
-def timed(verdict: dict[str, Any] | None, device: Device) -> dict[str, Any] | None:
-    """A run's verdict with its phase times and its compile cache's counts as row columns, made
-    of what it reported (its phase marks, dynamo's compile times and counters:
-    :func:`~pytest_neuronsupport.runners.lib.entry.attempt`); graphs the run's runtime counted
-    itself (TorchNeuron's metrics) stand over inductor's counters."""
-    if verdict is None or "phases" not in verdict:
-        return verdict
-    done = {k: v for k, v in verdict.items() if k not in TIMING_KEYS}
-    compiles = (verdict.get("dynamo") or {}).get("_compile.compile_inner") or []
-    done.update(phase_times(verdict["phases"], float(sum(compiles))))
-    counted = device.graphs((verdict.get("counters") or {}).get("inductor") or {})
-    done.update({k: v for k, v in counted.items() if done.get(k) is None})
-    return done
+    cache = sweep.settings.cache
+    reference = None
+    if params.cpu_reference is not False:
+        reference = reference_file(cache / "references", planned, sweep.stack, *parts)
+        if reference is None:  # nothing names the checkpoint's files: computed afresh
+            reference = scratch_reference(cache, script)
+            reference.unlink(missing_ok=True)
+    run = ScriptRun(text, script, planned.cores, code.packages, reference, timeout_s)
+    return run_script(sweep, replace(run, weight_bytes=planned.weight_bytes))

@@ -25,8 +25,9 @@ from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.training import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
-from pytest_neuronsupport.pipeline import classify
+from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
@@ -181,7 +182,7 @@ class Training:
     ) -> list[dict[str, Any]]:
         """Check, then search the batch natively and compiled: the model's training row."""
         params, started = script.state
-        fields = check(sweep, script.text, script.path)
+        fields = check(sweep, script.text, script.path, planned.spec.packages)
         fields.update(run_py=script.text, run_py_sha256=script.sha256)
         if fields["result"] in (Result.PASS, Result.FAIL_OUTPUT):
             try:
@@ -229,9 +230,13 @@ def render_script(sweep: Sweep, params: TrainParams, spec: ModelSpec) -> str:
     return render(params, code, sweep.stack)
 
 
-def check(sweep: Sweep, text: str, run_py: Path) -> dict[str, Any]:
-    """The correctness check's row fields: its verdict's numbers, or how it ended."""
-    outcome = execute(sweep, text, run_py)
+def check(sweep: Sweep, text: str, run_py: Path, needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The correctness check's row fields: its verdict's numbers, or how it ended (a package
+    its list entry needs that cannot be installed: FAIL(load))."""
+    try:
+        outcome = execute(sweep, text, run_py, needs=needs)
+    except packages.PackageError as exc:
+        return classify.not_installed(exc)
     fields = classify.ran(outcome)
     details = json_object(fields.get("check"))
     for name in ("objective", "loss_ref", "loss", "grad_norm_ref", "grad_norm"):
@@ -257,7 +262,8 @@ def search(
     def fits(batch: int) -> bool:
         params = TrainParams(**{**base.to_dict(), "trial": "search", "mode": mode, "batch": batch})
         text = render_script(sweep, params, spec)
-        outcome = execute(sweep, text, folder / f"{mode}-{batch}" / "train.py", f"{mode} b{batch}")
+        script = folder / f"{mode}-{batch}" / "train.py"
+        outcome = execute(sweep, text, script, f"{mode} b{batch}", spec.packages)
         verdict, walls[batch] = outcome.verdict, outcome.wall_s
         if outcome.reason and verdict is None:  # the watcher's memory limit
             verdicts[batch] = {"fits": False, "out_of_memory": outcome.reason}
@@ -292,12 +298,14 @@ def search(
     }
 
 
-def execute(sweep: Sweep, text: str, run_py: Path, what: str = "check") -> Outcome:
-    """Write a training script and run it isolated on one leased core (``what``: the trial, for
-    the status)."""
-    run_py.parent.mkdir(parents=True, exist_ok=True)
-    run_py.write_text(text, encoding="utf-8")
-    return sweep.run_isolated(run_py, 1, defaults=TRIAL_ENV, step=f"train {what}")
+def execute(
+    sweep: Sweep, text: str, run_py: Path, what: str = "check", needs: tuple[str, ...] = ()
+) -> Outcome:
+    """A training script on the model's path, on one leased core, with the packages its list
+    entry needs (:func:`~pytest_neuronsupport.pipeline.modelrun.run_script`; ``what``: the
+    trial, for the status)."""
+    run = ScriptRun(text, run_py, 1, needs, defaults=TRIAL_ENV, step=f"train {what}")
+    return run_script(sweep, run)
 
 
 def json_object(text: object) -> dict[str, Any]:

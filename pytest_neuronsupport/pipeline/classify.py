@@ -99,7 +99,13 @@ def crashed(why: str, error: str | None = None) -> dict[str, Any]:
 
 
 def ran(outcome: Outcome) -> dict[str, Any]:
-    """Row fields for a run's outcome: its verdict, or FAIL(other) saying how it ended."""
+    """Row fields for a run's outcome: its verdict, or FAIL(other) saying how it ended; the
+    core-seconds it held, whichever."""
+    held = {} if outcome.core_s is None else {"core_s": outcome.core_s}
+    return {**_ran(outcome), **held}
+
+
+def _ran(outcome: Outcome) -> dict[str, Any]:
     if outcome.verdict is not None and not outcome.timed_out and not outcome.reason:
         fields = verdict_fields(outcome.verdict)
         if fields.get("result") == Result.FAIL_OTHER and outcome.log_tail:  # e.g. a rank died

@@ -81,6 +81,8 @@ class Outcome:
     reason: str | None = None
     #: The run's peak resident memory, watched only under a memory limit.
     peak_rss_gb: float | None = None
+    #: The device's cores it held times its seconds (set on the model's path, for its row).
+    core_s: float | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -265,23 +267,8 @@ def _forked_run(
     gc.freeze()
     os.setsid()
     die_with_parent()
-    # The server stops when its client's end of its "alive" pipe closes; every process it forks
-    # inherits a copy of that end, which would keep it open (and the server, and so this run,
-    # running) after the sweep's process died: closed here.
-    from multiprocessing import forkserver
-
-    server: Any = forkserver._forkserver
-    if server._forkserver_alive_fd is not None:
-        os.close(server._forkserver_alive_fd)
-        server._forkserver_alive_fd = None
-    # Semaphores the run creates are its own business: give it its own resource tracker (a
-    # process in its session, stopped with it), not the sweep's, which would report them.
-    import multiprocessing.resource_tracker as tracker
-
-    own = tracker.ResourceTracker()
-    tracker._resource_tracker = own
-    tracker.ensure_running, tracker.register = own.ensure_running, own.register
-    tracker.unregister, tracker.getfd = own.unregister, own.getfd
+    _let_go_of_the_server()
+    _own_resource_tracker()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -289,11 +276,50 @@ def _forked_run(
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    hub: Any = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:  # read when the server imported it: the run's is offline (prefetched)
+        hub.HF_HUB_OFFLINE = hub._is_true(
+            env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
+        )
     if cpus is not None:
         import torch
 
         os.sched_setaffinity(0, cpus)
         torch.set_num_threads(len(cpus))
+    code = _run_as_main(script, argv, env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _let_go_of_the_server() -> None:
+    """Close this process's copy of the fork server's "alive" pipe.
+
+    The server stops when its client's end of that pipe closes; every process it forks
+    inherits a copy of that end, which would keep it open (and the server, and so this run,
+    running) after the sweep's process died."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+def _own_resource_tracker() -> None:
+    """Semaphores the run creates are its own business: give it its own resource tracker (a
+    process in its session, stopped with it), not the sweep's, which would report them."""
+    import multiprocessing.resource_tracker as tracker
+
+    own = tracker.ResourceTracker()
+    tracker._resource_tracker = own
+    tracker.ensure_running, tracker.register = own.ensure_running, own.register
+    tracker.unregister, tracker.getfd = own.unregister, own.getfd
+
+
+def _run_as_main(script: str, argv: list[str], env: dict[str, str]) -> int:
+    """Run *script* as ``__main__`` with *argv*, as ``python3 script`` would; its exit status
+    (a traceback or a ``SystemExit`` message on stderr: 1)."""
     import runpy
     import traceback
 
@@ -314,9 +340,7 @@ def _forked_run(
     except BaseException:
         traceback.print_exc()
         code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 class ForkServerExecutor:

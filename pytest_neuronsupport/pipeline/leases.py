@@ -150,20 +150,30 @@ HOST_FIXED_BYTES = 1 * GIB
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
 
-def host_bytes(weight_bytes: int | None, dtype: str, fp64: bool = False) -> int | None:
+#: Bytes a parameter of a CPU reference: fp32, or fp64 beside fp32 (its float64 copy is made of
+#: the fp32 one, which stays loaded).
+REFERENCE_BYTES = {"fp32": 4, "fp64": 12}
+
+
+def host_bytes(
+    weight_bytes: int | None, dtype: str | None, reference: str | None = None
+) -> int | None:
     """A run's host memory, estimated from its checkpoint's size (``weight_bytes``: its bf16
     bytes, as :mod:`.sizing` counts them) and dtype; None when its size is unknown.
 
-    ``need = 1.25 x P x (d + r) + 1 GiB``: P parameters, d bytes a parameter in the run's dtype
-    (the weights as ``from_pretrained`` loads them on the host), r those of its CPU reference
-    (4 for fp32; 12 with ``fp64``, whose float64 copy sits beside the fp32 one). Both copies are
-    counted, as on the CPU device, where the run's copy stays in host memory beside the
-    reference's. Not counted: the compiler's own memory (neuronx-cc is a process of the run).
+    ``need = 1.25 x P x (d + r) + 1 GiB``: P parameters, d bytes a parameter in the run's
+    ``dtype`` (the weights as ``from_pretrained`` loads them on the host; None: a reference's
+    pass, which loads none in it), r those of its CPU ``reference`` computed in the same
+    process (``fp32``: 4; ``fp64``: 12, the float64 copy beside the fp32 one; None: 0). The
+    margin: a quarter over the copies, and 1 GiB for the interpreter, torch, transformers, the
+    tokenizer and the activations. Not counted: the compiler's own memory (neuronx-cc).
     """
     if weight_bytes is None:
         return None
     parameters = weight_bytes / 2
-    per_parameter = DTYPE_BYTES.get(dtype, 4) + (12 if fp64 else 4)
+    per_parameter = (DTYPE_BYTES.get(dtype, 4) if dtype else 0) + REFERENCE_BYTES.get(
+        reference or "", 0
+    )
     return int(HOST_MARGIN * parameters * per_parameter) + HOST_FIXED_BYTES
 
 

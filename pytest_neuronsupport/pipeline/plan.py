@@ -34,7 +34,7 @@ class Plan:
     """What will run for one list entry (or why nothing will)."""
 
     spec: ModelSpec
-    checkpoint: str  # a local directory or the Hub id
+    checkpoint: str  # a local directory or the Hub id (its files in the cache before the run)
     config: dict[str, Any] | None = None
     runner: Runner | None = None
     exclusion: Exclusion | None = None
@@ -49,6 +49,9 @@ class Plan:
     #: Cores the run gets (see :mod:`sizing`), and the bf16 weight bytes they were sized by.
     cores: int = 1
     weight_bytes: int | None = None
+    #: The checkpoint is a Hub id: its files are fetched into the cache before its lease
+    #: (:func:`~pytest_neuronsupport.pipeline.prefetch.before_lease`).
+    hub: bool = False
 
     @property
     def columns(self) -> dict[str, str | None]:
@@ -168,4 +171,4 @@ def plan(spec: ModelSpec, cache_dir: Path, runners: Runners) -> Plan:
     if runner is None:
         why = chosen.reason or "no runner for its architectures or task"
         return Plan(spec, checkpoint, config, exclusion=Exclusion("no-runner", why))
-    return Plan(spec, checkpoint, config, runner=runner, config_path=config_path)
+    return Plan(spec, checkpoint, config, runner=runner, config_path=config_path, hub=not local)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.dataset.store import find_row
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
 from pytest_neuronsupport.pipeline.leases import CoreAllocator, HostMemoryGate
@@ -27,7 +29,11 @@ from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV
+from pytest_neuronsupport.runners.lib.protocol import (
+    REFERENCE_ENV,
+    REFERENCE_FAILED_ENV,
+    REFERENCE_ONLY_ENV,
+)
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
@@ -142,7 +148,9 @@ class Sweep:
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
         self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
-        return resolve_checkpoint(value, None, self.settings.cache)[0]
+        judge = resolve_checkpoint(value, None, self.settings.cache)[0]
+        prefetch.fetch_judge(judge)  # a Hub judge's files: runs are offline
+        return judge
 
     # --- what every mode does -----------------------------------------------------------------
 
@@ -162,6 +170,16 @@ class Sweep:
             core_capacity_gb=s.core_capacity_gb,
         )
 
+    def environment(self, defaults: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+        """A run's environment: the sweep's over ``defaults``, the device's, then ``env``."""
+        environment = {**defaults, **os.environ}
+        environment.update(self.settings.device.run_env(self.settings.cache))
+        environment.update(prefetch.RUN_ENV)  # its files were fetched before: nothing asks the Hub
+        for name in (REFERENCE_ENV, REFERENCE_ONLY_ENV, REFERENCE_FAILED_ENV):
+            environment.pop(name, None)  # the model's own, in ``env``, or none
+        environment.update(env)
+        return environment
+
     def run_isolated(
         self,
         script: Path,
@@ -179,12 +197,10 @@ class Sweep:
         ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
         of packages imported before the environment's; ``step``: what the status says it runs
         (a benchmark's configuration...), before the run's own phase; ``host_bytes``: the host
-        memory it needs (:func:`.leases.host_bytes`), held first (None: not gated)."""
+        memory it needs (:func:`.leases.host_bytes`), held first (None: not gated). Only
+        :func:`~pytest_neuronsupport.pipeline.modelrun.run_script` calls it."""
         s = self.settings
-        environment = {**defaults, **os.environ}
-        environment.update(s.device.run_env(s.cache))
-        environment.pop(REFERENCE_ENV, None)
-        environment.update(env or {})
+        environment = self.environment(defaults, env or {})
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
         with self.host_memory.hold(host_bytes) as held, self.allocator.lease(cores) as lease:
@@ -192,17 +208,8 @@ class Sweep:
             log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
             self.phases.mark(step, log=log)
             environment.update(s.device.pin_env(lease.cores))
-            request = RunRequest(
-                script=script,
-                cwd=s.workdir,
-                env=environment,
-                verdict_path=script.parent / names[0],
-                log_path=log,
-                timeout_s=timeout_s or s.timeout_s,
-                max_memory_gb=s.max_memory_gb,
-                cpus=s.device.cpus(lease.cores),
-                python_path=() if overlay is None else (overlay,),
-            )
+            request = self.request(script, environment, names, timeout_s, overlay)
+            request = replace(request, cpus=s.device.cpus(lease.cores))
 
             def started(pid: int) -> None:
                 self.allocator.add_pid(lease, pid)  # the run holds the lease too
@@ -210,3 +217,46 @@ class Sweep:
                     self.host_memory.add_pid(held, pid)  # its memory is the hold's use
 
             return self.executor.run(request, started=started)
+
+    def run_unleased(
+        self,
+        script: Path,
+        overlay: Path | None,
+        env: Mapping[str, str],
+        names: tuple[str, str],
+        host_bytes: int | None = None,
+    ) -> Outcome:
+        """Run ``script`` isolated on the host, holding no core (a CPU reference's pass): the
+        sweep's environment and ``env``, the sweep's timeout; ``host_bytes`` of host memory
+        held (None: not gated)."""
+        environment = self.environment(RUN_ENV, env)
+        (script.parent / names[1]).unlink(missing_ok=True)
+        with self.host_memory.hold(host_bytes) as held:
+            request = self.request(script, environment, names, None, overlay)
+
+            def started(pid: int) -> None:
+                if held is not None:
+                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
+
+            return self.executor.run(request, started=started)
+
+    def request(
+        self,
+        script: Path,
+        environment: dict[str, str],
+        names: tuple[str, str],
+        timeout_s: float | None,
+        overlay: Path | None,
+    ) -> RunRequest:
+        """The isolated run of ``script`` (not pinned), its verdict and log in ``names``."""
+        s = self.settings
+        return RunRequest(
+            script=script,
+            cwd=s.workdir,
+            env=environment,
+            verdict_path=script.parent / names[0],
+            log_path=script.parent / names[1],
+            timeout_s=timeout_s or s.timeout_s,
+            max_memory_gb=s.max_memory_gb,
+            python_path=() if overlay is None else (overlay,),
+        )

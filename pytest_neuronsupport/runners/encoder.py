@@ -28,7 +28,12 @@ from pytest_neuronsupport.runners.lib.models import (
     step,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference, exact_reference
+from pytest_neuronsupport.runners.lib.reference import (
+    cached_reference,
+    exact_reference,
+    reference_only,
+    reference_pass,
+)
 
 RUNNER = Runner(
     name="encoder",
@@ -207,6 +212,10 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
         tokenizer, (cls, config) = load_tokenizer(params), head_class(params, head.auto_class)
         encoded = head.encode(tokenizer)
         forward = functools.partial(head.forward, encoded=encoded, tokenizer=tokenizer)
+    reference = functools.partial(cpu_reference, params, cls, forward)
+    if reference_only():  # the CPU reference alone, before the device's run
+        return reference_pass(params, reference)
+    with step("load", Result.FAIL_LOAD):
         ops.reset_peak()
         model = load_pretrained(cls, params, params["dtype"], params["device"])
     with step("forward", Result.FAIL_FORWARD):
@@ -218,7 +227,6 @@ def forward_and_check(params: dict[str, Any], ops: Any, head: Head) -> dict[str,
     verdict.update(head=cls.__name__, notes=head.describe(shown, tokenizer, config, encoded)[:300])
     gc.collect()  # room for the CPU's copies
     phase("reference")
-    reference = functools.partial(cpu_reference, params, cls, forward)
     try:
         ref, verdict["reference_cached"] = cached_reference(params, reference)
         verdict.update(ref["info"])

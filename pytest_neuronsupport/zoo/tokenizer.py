@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_neuronsupport.zoo.corpus import corpus_lines
 
 if TYPE_CHECKING:
-    from tokenizers import Tokenizer
+    from tokenizers import AddedToken, Tokenizer
 
 _VOCAB_SIZE = 1024
 _MIN_FREQUENCY = 1
@@ -41,20 +41,25 @@ _CHATML_TEMPLATE = (
 )
 
 
+def _special(token: str) -> AddedToken:
+    """A special token as the zoo's tokenizers hold it (a mask token swallows the space
+    before it)."""
+    from tokenizers import AddedToken
+
+    return AddedToken(token, special=True, normalized=False, lstrip=token in _LSTRIP_SPECIALS)
+
+
+# The unknown token of the families that have one.
+_UNK = {"llama": "<unk>", "bert": "[UNK]", "roberta": "<unk>", "t5": "<unk>", "llava": "<unk>"}
+
+
 def _train_bpe(family: str) -> Tokenizer:
     """Train the byte-level BPE ``tokenizers.Tokenizer`` of *family* (deterministic)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.trainers import BpeTrainer
 
     specials = FAMILY_SPECIALS[family]
-    unk = {
-        "llama": "<unk>",
-        "bert": "[UNK]",
-        "roberta": "<unk>",
-        "t5": "<unk>",
-        "llava": "<unk>",
-    }.get(family)
-    tok = Tokenizer(models.BPE(unk_token=unk))
+    tok = Tokenizer(models.BPE(unk_token=_UNK.get(family)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = BpeTrainer(
@@ -63,20 +68,30 @@ def _train_bpe(family: str) -> Tokenizer:
         show_progress=False,
         # Specials go through the trainer so that they take the first ids and count towards
         # vocab_size (adding them afterwards could push the vocabulary past it).
-        special_tokens=[
-            AddedToken(s, special=True, normalized=False, lstrip=s in _LSTRIP_SPECIALS)
-            for s in specials
-        ],
+        special_tokens=[_special(s) for s in specials],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus_lines(), trainer=trainer)
+    tok.post_processor = _post_processor(family, _special_ids(tok, specials))
+    return tok
 
+
+def _special_ids(tok: Tokenizer, specials: tuple[str, ...]) -> dict[str, int]:
+    """The ids a trained tokenizer gave its special tokens."""
     ids: dict[str, int] = {}
     for s in specials:
         token_id = tok.token_to_id(s)
         if token_id is None:  # pragma: no cover - the trainer always adds them
             raise RuntimeError(f"special token {s!r} missing after training")
         ids[s] = token_id
+    return ids
+
+
+def _post_processor(family: str, ids: dict[str, int]) -> Any:
+    """The post-processor of *family*: byte-level offsets, then its template of special tokens
+    (``ids``: their ids)."""
+    from tokenizers import processors
+
     # Decoders keep the raw offsets; encoders trim spaces off them (for QA / NER spans).
     byte_level = processors.ByteLevel(
         add_prefix_space=False, trim_offsets=family in ("bert", "roberta")
@@ -85,26 +100,67 @@ def _train_bpe(family: str) -> Tokenizer:
         template = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", ids["<s>"])]
         )
-        tok.post_processor = processors.Sequence([byte_level, template])
     elif family == "t5":  # T5 has no bos; every sequence ends with </s>
         template = processors.TemplateProcessing(
             single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", ids["</s>"])]
         )
-        tok.post_processor = processors.Sequence([byte_level, template])
     elif family == "bert":
         template = processors.TemplateProcessing(
             single="[CLS]:0 $A:0 [SEP]:0",
             pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
             special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])],
         )
-        tok.post_processor = processors.Sequence([byte_level, template])
     elif family == "roberta":
-        tok.post_processor = processors.RobertaProcessing(
+        return processors.RobertaProcessing(
             ("</s>", ids["</s>"]), ("<s>", ids["<s>"]), trim_offsets=True, add_prefix_space=False
         )
     else:
-        tok.post_processor = byte_level
-    return tok
+        return byte_level
+    return processors.Sequence([byte_level, template])
+
+
+def _special_roles(family: str) -> dict[str, Any]:
+    """The ``transformers`` wrapper's special-token roles of *family* (and qwen's chat
+    template)."""
+    if family == "llama":
+        return {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    if family == "qwen":
+        return {
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "extra_special_tokens": ["<|im_start|>"],
+            "chat_template": _CHATML_TEMPLATE,
+        }
+    if family == "gpt2":
+        return {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    if family == "t5":
+        return {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+    if family == "llava":
+        return {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            # a named extra special token: tokenizer.image_token / image_token_id
+            "extra_special_tokens": {"image_token": "<image>"},
+        }
+    if family == "bert":
+        return {
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": _special("[MASK]"),
+        }
+    return {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "sep_token": "</s>",
+        "cls_token": "<s>",
+        "pad_token": "<pad>",
+        "mask_token": _special("<mask>"),
+    }
 
 
 def make_tokenizer(family: str, token_type_ids: bool, named: dict[str, str] | None = None) -> Any:
@@ -116,55 +172,10 @@ def make_tokenizer(family: str, token_type_ids: bool, named: dict[str, str] | No
     ``image_token`` and ``image_token_id``), added after the trained vocabulary.
     """
     import transformers
-    from tokenizers import AddedToken
 
     # TokenizersBackend in transformers 5.x; the old name still imports. Untyped, hence Any.
     fast_tokenizer_cls: Any = transformers.PreTrainedTokenizerFast
-
-    def special(s: str) -> AddedToken:
-        return AddedToken(s, special=True, normalized=False, lstrip=s in _LSTRIP_SPECIALS)
-
-    kwargs: dict[str, Any]
-    if family == "llama":
-        kwargs = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-    elif family == "qwen":
-        kwargs = {
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "extra_special_tokens": ["<|im_start|>"],
-            "chat_template": _CHATML_TEMPLATE,
-        }
-    elif family == "gpt2":
-        kwargs = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
-    elif family == "t5":
-        kwargs = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
-    elif family == "llava":
-        kwargs = {
-            "bos_token": "<s>",
-            "eos_token": "</s>",
-            "unk_token": "<unk>",
-            "pad_token": "<pad>",
-            # a named extra special token: tokenizer.image_token / image_token_id
-            "extra_special_tokens": {"image_token": "<image>"},
-        }
-    elif family == "bert":
-        kwargs = {
-            "pad_token": "[PAD]",
-            "unk_token": "[UNK]",
-            "cls_token": "[CLS]",
-            "sep_token": "[SEP]",
-            "mask_token": special("[MASK]"),
-        }
-    else:
-        kwargs = {
-            "bos_token": "<s>",
-            "eos_token": "</s>",
-            "unk_token": "<unk>",
-            "sep_token": "</s>",
-            "cls_token": "<s>",
-            "pad_token": "<pad>",
-            "mask_token": special("<mask>"),
-        }
+    kwargs = _special_roles(family)
     decoder = family in ("llama", "qwen", "gpt2", "llava")
     input_names = ["input_ids", "token_type_ids", "attention_mask"]
     if not token_type_ids:

@@ -19,13 +19,17 @@ import torch
 
 from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
-from pytest_neuronsupport.runners.lib.protocol import PHASES, write_verdict
+from pytest_neuronsupport.runners.lib.protocol import PHASES, REFERENCE_ONLY_ENV, write_verdict
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
 
 
 def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
-    """Run one model and write its verdict (``--result PATH``)."""
-    write_verdict(attempt(params, run, ops_class), sys.argv[1:])
+    """Run one model and write its verdict (``--result PATH``); or only its CPU reference
+    (``$NEURONSUPPORT_REFERENCE_ONLY``: :func:`reference_attempt`)."""
+    if os.environ.get(REFERENCE_ONLY_ENV):
+        write_verdict(reference_attempt(params, run), sys.argv[1:])
+    else:
+        write_verdict(attempt(params, run, ops_class), sys.argv[1:])
     return 0
 
 
@@ -33,6 +37,8 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
     """Several cores: launch one rank per core, or be one (``RANK`` set). Rank 0 reports; another
     rank that fails writes its failure for the launcher, and exits non-zero."""
     rank = os.environ.get("RANK")
+    if os.environ.get(REFERENCE_ONLY_ENV):  # the CPU reference: one process, no rank
+        return main(params, run, ops_class)
     if rank is None:
         return launch_ranks(params, ops_class, lambda: main_ranks(params, run, ops_class))
     if rank == "0":
@@ -43,6 +49,18 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
     with open(os.environ[RANK_VERDICT_ENV], "w", encoding="utf-8") as f:
         json.dump(failure, f)
     return 3
+
+
+def reference_attempt(params: dict[str, Any], run: Callable[..., Any]) -> dict[str, Any]:
+    """Run the model's runner for its CPU reference only, with no device set up (no ops: a
+    runner that does not know the reference-only pass fails here, and the device's run computes
+    its reference itself); when each phase began, for the row's ``reference_s``."""
+    torch.manual_seed(0)
+    try:
+        verdict = run(params, None)
+    except RunFailure as exc:  # its load failed: the device's run will say so itself
+        verdict = {"result": exc.result, "error": exc.error, "reference_only": False}
+    return {**verdict, "phases": [*PHASES, ("", time.perf_counter())]}
 
 
 def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> Any:

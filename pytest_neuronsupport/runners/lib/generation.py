@@ -29,7 +29,12 @@ from pytest_neuronsupport.runners.lib.models import (
     torch_dtype,
 )
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference, exact_reference
+from pytest_neuronsupport.runners.lib.reference import (
+    cached_reference,
+    exact_reference,
+    reference_only,
+    reference_pass,
+)
 
 PROMPT = "The future of AI is"
 NEW_TOKENS = 32
@@ -48,6 +53,8 @@ class Generation:
 
 def generate_and_check(params: dict[str, Any], ops: Any, gen: Generation) -> dict[str, Any]:
     """One core: load, compile, generate; then hold the tokens against the CPU's."""
+    if reference_only():  # the CPU reference alone, before the device's run
+        return reference_pass(params, functools.partial(cpu_reference, params, gen))
     device = params["device"]
     load = functools.partial(load_pretrained, gen.model_class, params, params["dtype"], device)
     return checked(params, gen, generate(params, ops, gen, load, device))
@@ -74,6 +81,8 @@ def generate_on_ranks(params: dict[str, Any], ops: Any, gen: Generation, shardin
     """Several cores, in each rank: load this rank's shard, compile, generate; on rank 0 the
     tokens held against the CPU fp32 run where the host's memory holds the model in fp32
     (else the English judge, if one is set, decides), None on the others."""
+    if reference_only():  # one process, before the ranks' run: no rank is set up
+        return reference_pass(params, functools.partial(cpu_reference, params, gen))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ops.setup_rank(rank, world)
     load = functools.partial(load_sharded, gen.model_class, params, sharding)

@@ -26,6 +26,10 @@ PHASE_MARK = "[neuronsupport] phase:"
 VERDICT_MARK = "[neuronsupport] verdict:"
 #: The file that holds (or will hold) the run's CPU reference (unset: computed every time).
 REFERENCE_ENV = "NEURONSUPPORT_REFERENCE"
+#: Set: the run only computes its CPU reference into its file, off the device and its lease.
+REFERENCE_ONLY_ENV = "NEURONSUPPORT_REFERENCE_ONLY"
+#: Why the reference-only pass failed, told to the device's run (which then computes none).
+REFERENCE_FAILED_ENV = "NEURONSUPPORT_REFERENCE_FAILED"
 #: The run's parameters that change nothing of its CPU reference: where and how the device runs
 #: it, and who judges its output. Every other parameter (the dtype first: the reference's eager
 #: run is in the device's dtype) is part of the reference's key (:func:`reference_key`).

@@ -4,7 +4,9 @@ The plugin names the file in ``$NEURONSUPPORT_REFERENCE``, keyed by everything t
 reference (the checkpoint, the run's parameters but those that only concern the device, the dtype
 first; the run code, the torch and transformers versions: see
 :mod:`pytest_neuronsupport.pipeline.reference`), so a second sweep of the same models pays only
-for the device. Unset (``python3 run.py`` by hand), every run computes its reference afresh.
+for the device. The plugin computes it before the device's run, in a run of the same script
+that does only that (:func:`reference_pass`), so the device's cores wait for no CPU work. Unset
+(``python3 run.py`` by hand), every run computes its reference afresh.
 
 Besides the CPU fp32 run, a reference holds the outputs in float64 and eagerly in the device's
 own dtype (:func:`exact_reference`), from which the checks measure the noise they allow.
@@ -21,12 +23,47 @@ from typing import Any
 import torch
 
 from pytest_neuronsupport.runners.lib.models import load_pretrained
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_ENV, reference_key
+from pytest_neuronsupport.runners.lib.protocol import (
+    REFERENCE_ENV,
+    REFERENCE_FAILED_ENV,
+    REFERENCE_ONLY_ENV,
+    Result,
+    phase,
+    reference_key,
+)
+
+
+class ReferenceFailed(Exception):
+    """The reference's own pass failed (told in ``$NEURONSUPPORT_REFERENCE_FAILED``): shown as
+    that pass's error."""
+
+    def __repr__(self) -> str:
+        return str(self.args[0])
+
+
+def reference_only() -> bool:
+    """Whether this run only computes its CPU reference (``$NEURONSUPPORT_REFERENCE_ONLY``):
+    off the device, before the device's run leases its cores."""
+    return bool(os.environ.get(REFERENCE_ONLY_ENV))
+
+
+def reference_pass(params: dict[str, Any], compute: Callable[[], Any]) -> dict[str, Any]:
+    """The verdict of a reference-only run: the reference computed into its file (or found
+    there), or why it failed (the device's run is told, and says so)."""
+    phase("reference")
+    verdict: dict[str, Any] = {"result": Result.PASS, "reference_only": True}
+    try:
+        verdict["reference_cached"] = cached_reference(params, compute)[1]
+    except Exception as exc:
+        verdict["reference_error"] = f"{exc!r}"[:480]
+    return verdict
 
 
 def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tuple[Any, bool]:
     """The CPU reference of the run of ``params``, from its file if there is one made for the
     same key (:func:`reference_key`: the dtype first); and whether it came from there."""
+    if os.environ.get(REFERENCE_FAILED_ENV):  # its own pass failed, off the lease
+        raise ReferenceFailed(os.environ[REFERENCE_FAILED_ENV])
     path, key = os.environ.get(REFERENCE_ENV), reference_key(params)
     with suppress(Exception):  # none named, none yet, or a damaged one: computed (and replaced)
         kept = torch.load(path, weights_only=True)  # type: ignore[arg-type]
