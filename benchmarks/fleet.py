@@ -18,7 +18,12 @@ ranks). What is simulated is the device and the models:
   and the CPU reference of the fleet's phase model (:func:`phases`), each divided by
   ``--scale``, and appends each phase to an events file with the simulated host memory it holds;
 * a stand-in device (``fleet_plugin_for_benchmark.py``): the CPU device with 64 cores of 24 GB
-  and a host of 2 TiB.
+  and a host of 2 TiB, which the plugin's host-memory gate reads (its available and total
+  memory, each run's resident memory: what the stand-in runs' phases hold).
+
+The list says each entry's parameter count, as ``neuronsupport select`` writes the Hub's, so
+the plugin's order by cost (``--neuron-order cost``, its default) starts the largest first;
+``--neuron order=list`` keeps the list's order.
 
 It prints, in simulated seconds (real seconds x ``--scale``), the makespan against its lower
 bound (device work: the core-seconds of compiles and device runs / the cores, or the longest
@@ -424,18 +429,30 @@ def warmup_places(total: int, workers: int) -> list[int]:
     return [k * chunk for k in range(workers)]
 
 
+#: A warm-up entry's declared size: larger than any model's, so that an order by cost starts
+#: the warm-ups first too (each worker's first); its checkpoint is 20M parameters.
+WARMUP_PARAMETERS = 10**13
+
+
 def model_list(models: list[Model], warmups: list[str]) -> str:
-    """The list: the fleet's models in order, each worker's warm-up first in its queue."""
+    """The list: the fleet's models in order, each worker's warm-up first in its queue (in list
+    order: at :func:`warmup_places`; by cost: the largest declared size). Each entry says its
+    parameter count, as ``neuronsupport select`` writes the Hub's."""
     places = set(warmup_places(len(models) + len(warmups), len(warmups)))
     pending, spare = iter(models), iter(warmups)
     lines = []
     for place in range(len(models) + len(warmups)):
         if place in places:
-            lines.append(f'[[model]]\nid = "{next(spare)}"\nrunner = "standin_encoder"\n')
+            lines.append(
+                f'[[model]]\nid = "{next(spare)}"\nrunner = "standin_encoder"\n'
+                f"parameters = {WARMUP_PARAMETERS}\n"
+            )
             continue
         m = next(pending)
         runner = "standin_decoder" if m.kind == "decoder" else "standin_encoder"
-        lines.append(f'[[model]]\nid = "{m.id}"\nrunner = "{runner}"\n')
+        lines.append(
+            f'[[model]]\nid = "{m.id}"\nrunner = "{runner}"\nparameters = {m.parameters}\n'
+        )
     return "\n".join(lines)
 
 
@@ -546,7 +563,8 @@ def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         command = [
             *(sys.executable, "-m", "pytest", "--neuron-sweep"),
             *("--neuron-models", str(work / "fleet.toml")),
-            *("--neuron-device", "cpu", "--neuron-backend", "aot_eager"),
+            *("--neuron-device", "cpu", "--neuron-backend", "aot_eager", "--neuron-dtype"),
+            "bfloat16",  # as on the device: the host-memory gate's estimate counts bf16 weights
             *("--neuron-judge", "none", "--neuron-max-cores", str(MAX_CORES)),
             *("--neuron-timeout", "3600", "--neuron-cache", str(work / "cache")),
             *("--neuron-results", str(work / "results"), "--neuron-leases", str(work / "leases")),

@@ -15,8 +15,10 @@ sizing, the core allocator, isolation, classification, journal) is the plugin's 
   whether a several-core run's CPU reference fits in fp32, and whether fp64 fits
   (``sizing.available_memory_bytes``): here it answers the simulated host's, 2 TiB
   (``$FLEET_HOST_BYTES_FOR_BENCHMARK``) less what the stand-in runs' phases in progress hold
-  (the fleet's memory model), not this machine's. A host-memory gate that asks the same
-  function sees the simulated host.
+  (the fleet's memory model), not this machine's. The host-memory gate
+  (``leases.HostMemoryGate``) asks the same function, and the simulated host's total memory
+  (``leases.total_memory_bytes``: 2 TiB) and each run's resident memory
+  (``leases.resident_bytes``: what the stand-in runs' phases hold, by pid).
 * **The runners**: ``standin_decoder`` (shards, like ``dense``) and ``standin_encoder`` (one
   core, like ``encoder`` and ``seq2seq``), both the run code of
   ``fleet_runner_for_benchmark`` (on the path: ``fleet.py`` puts ``benchmarks/`` on
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_neuronsupport import devices
-from pytest_neuronsupport.pipeline import sizing
+from pytest_neuronsupport.pipeline import leases, sizing
 from pytest_neuronsupport.runners import Runner
 
 CORES_ENV = "FLEET_CORES_FOR_BENCHMARK"
@@ -61,7 +63,7 @@ class Trn2ForBenchmark(devices.CpuDevice):
 def simulated_available_bytes() -> int:
     """The simulated host's memory less what the stand-in runs' phases hold now (their
     ``held``: ``$FLEET_EVENTS_FOR_BENCHMARK/host_in_use``)."""
-    capacity = int(os.environ.get(HOST_ENV, TRN2_HOST_BYTES))
+    capacity = simulated_total_bytes()
     try:
         in_use = int(Path(os.environ[EVENTS_ENV], "host_in_use").read_text(encoding="ascii"))
     except (KeyError, OSError, ValueError):
@@ -69,8 +71,23 @@ def simulated_available_bytes() -> int:
     return capacity - in_use
 
 
+def simulated_total_bytes() -> int:
+    return int(os.environ.get(HOST_ENV, TRN2_HOST_BYTES))
+
+
+def simulated_resident_bytes(pid: int) -> int:
+    """The simulated host memory the stand-in run's process ``pid`` holds now."""
+    try:
+        path = Path(os.environ[EVENTS_ENV], "host_by_pid", str(pid))
+        return int(path.read_text(encoding="ascii") or 0)
+    except (KeyError, OSError, ValueError):
+        return 0
+
+
 devices.DEVICES["cpu"] = Trn2ForBenchmark()
 sizing.available_memory_bytes = simulated_available_bytes
+leases.total_memory_bytes = simulated_total_bytes
+leases.resident_bytes = simulated_resident_bytes
 
 
 def pytest_neuronsupport_runners(config: Any) -> list[Runner]:

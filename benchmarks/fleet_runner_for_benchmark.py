@@ -33,8 +33,10 @@ from pytest_neuronsupport.runners.lib.reference import cached_reference
 EVENTS_ENV = "FLEET_EVENTS_FOR_BENCHMARK"
 #: The key of a checkpoint's ``config.json`` that holds its fleet plan.
 PLAN_KEY = "fleet_for_benchmark"
-#: The file of the simulated host memory in use (bytes), in the events folder.
+#: The file of the simulated host memory in use (bytes), in the events folder; and the folder
+#: of what each process holds (a file a pid), which the stand-in host reads as its resident memory.
 HOST_IN_USE = "host_in_use"
+HOST_BY_PID = "host_by_pid"
 #: The checkpoint's weights, which ``from_pretrained`` would download.
 WEIGHTS = "model.safetensors"
 
@@ -110,7 +112,8 @@ def held(params: dict[str, Any], name: str, host: int) -> Iterator[None]:
 
 def in_use(change: int) -> None:
     """Add ``change`` bytes to the simulated host memory in use (``HOST_IN_USE``, replaced
-    whole under a lock: a reader never sees half of it), which the stand-in host answers from."""
+    whole under a lock: a reader never sees half of it), which the stand-in host answers from,
+    and to this process's own (``HOST_BY_PID/<pid>``: its resident memory, simulated)."""
     if not change:
         return
     folder = os.environ[EVENTS_ENV]
@@ -127,8 +130,22 @@ def in_use(change: int) -> None:
         with open(part, "w", encoding="ascii") as f:
             f.write(str(held_now + change))
         os.replace(part, path)
+        mine = os.path.join(folder, HOST_BY_PID, str(os.getpid()))
+        os.makedirs(os.path.dirname(mine), exist_ok=True)
+        with open(part, "w", encoding="ascii") as f:
+            f.write(str(max(0, held_by(mine) + change)))
+        os.replace(part, mine)
     finally:
         os.close(fd)  # and the lock with it
+
+
+def held_by(path: str) -> int:
+    """The simulated host memory one process holds (its file; 0: none)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def warm_up(plan: dict[str, Any]) -> dict[str, Any]:

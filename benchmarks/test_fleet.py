@@ -76,3 +76,34 @@ def test_peak_host_memory_counts_the_phases_in_progress() -> None:
         {"start": 2.0, "end": 4.0, "host_bytes": 6},  # starts as the first ends
     ]
     assert fleet.peak_host(events) == (13, 2.0)
+
+
+@pytest.mark.parametrize(("models", "workers"), [(1000, 16), (100, 4)])
+def test_by_cost_too_each_worker_starts_with_its_warm_up(
+    models: int, workers: int, tmp_path: Any
+) -> None:
+    """``--neuron-order cost`` orders the list by its entries' ``parameters``: the warm-ups
+    declare the largest, so they still start first, one a worker."""
+    from pytest_neuronsupport import order
+    from pytest_neuronsupport.modellist import parse
+
+    some = fleet.fleet(models, 0.5, seed=0)
+    warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
+    path = tmp_path / "fleet.toml"
+    path.write_text(fleet.model_list(some, warmups))
+    text = path.read_text().replace("standin_decoder", "dense").replace("standin_", "")
+    specs = parse(path, text=text)  # the built-in runners for the stand-ins: same order
+    ids = order.start_order(
+        specs, lambda m: None, cache=tmp_path, core_gb=24.0, max_cores=16, workers=workers
+    )
+    scheduler = LoadScheduling(Options(workers))  # type: ignore[arg-type]
+    nodes = [Worker(f"gw{k}") for k in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)  # type: ignore[arg-type]
+    for node in nodes:
+        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
+    scheduler.schedule()
+    assert sorted(ids[node.sent[0]] for node in nodes) == warmups
+    sizes = {m.id: m.parameters for m in some}
+    second = [sizes[ids[node.sent[1]]] for node in nodes]
+    assert min(second) >= sorted(sizes.values())[-workers]  # then the largest models

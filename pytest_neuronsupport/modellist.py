@@ -12,6 +12,8 @@ A list looks like::
     path = "checkpoints/qwen3"    # optional: a local checkpoint loaded instead of the Hub
     selection_rank = 1            # optional: rank in the sweep's selection
     cores = 2                     # optional: force the number of cores
+    parameters = 751632384        # optional: its parameter count (the Hub's metadata, written by
+                                  #   `neuronsupport select`): orders the starts by cost
     packages = ["sentencepiece"]  # optional: Python packages the model needs beyond ours
     exclusion = "quantized"       # optional: decided ahead (`neuronsupport select`): EXCLUDED,
     notes = "quantization_config" #   with this reason, and nothing runs
@@ -53,6 +55,7 @@ _KEYS = {
     "revision",
     "selection_rank",
     "cores",
+    "parameters",
     "packages",
     "exclusion",
     "notes",
@@ -89,6 +92,9 @@ class ModelSpec:
     revision: str | None = None
     selection_rank: int | None = None
     cores: int | None = None
+    #: The parameter count the list says (from the Hub's metadata; nothing is downloaded to
+    #: know it): the size :mod:`~pytest_neuronsupport.order` orders by before any row exists.
+    parameters: int | None = None
     #: Packages installed (into an overlay, never the sweep's environment) for its run.
     packages: tuple[str, ...] = ()
     #: An exclusion decided ahead (its category), and its reason.
@@ -150,6 +156,7 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
             revision=raw.get("revision"),
             selection_rank=raw.get("selection_rank"),
             cores=raw.get("cores"),
+            parameters=raw.get("parameters"),
             packages=tuple(sorted(set(raw.get("packages", [])))),
             exclusion=raw.get("exclusion"),
             notes=raw.get("notes"),
@@ -175,7 +182,7 @@ def _check_values(raw: Any) -> None:
             raise ValueError(f"'{key}' must be a non-empty string")
     if raw.get("mode", "inference") not in MODES:
         raise ValueError(f"'mode' must be one of {MODES}, not {raw['mode']!r}")
-    for key in ("selection_rank", "cores", "seq_len"):
+    for key in ("selection_rank", "cores", "parameters", "seq_len"):
         value = raw.get(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1

@@ -27,6 +27,7 @@ import pytest
 
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.modellist import parse_io, parse_sizes
+from pytest_neuronsupport.order import ORDERS
 from pytest_neuronsupport.pricing import INSTANCES, parse_instance
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 
@@ -328,6 +329,14 @@ OPTIONS: tuple[Option, ...] = (
         "fork: runs forked from a warm server; fresh: a new python",
         choices=ISOLATIONS,
         default="fork",
+    ),
+    Option(
+        "order",
+        "under several xdist workers, the order models start in: cost, largest first (the "
+        "predicted core-seconds: a recorded row's wall time x cores, else its size); list, "
+        "the lists' order. Rows, junit and the summary keep the lists' order either way",
+        choices=ORDERS,
+        default="cost",
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

@@ -188,6 +188,8 @@ class Entry:
     selection_rank: int | None = None
     exclusion: str | None = None
     notes: str | None = None
+    #: Its parameter count, where the Hub's listing says it (orders the sweep's starts).
+    parameters: int | None = None
 
 
 def select(found: Mapping[str, Candidate], top: int, limits: Limits) -> list[Entry]:
@@ -197,11 +199,14 @@ def select(found: Mapping[str, Candidate], top: int, limits: Limits) -> list[Ent
     for model in sorted(found.values(), key=Candidate.key):
         excluded = exclusion(model, limits)
         if excluded is not None:
-            rest.append(Entry(model.id, model.sha, model.task, None, *excluded))
+            rest.append(Entry(model.id, model.sha, model.task, None, *excluded, model.parameters))
         elif model.task in SELECTED_TASKS and len(selection) < top:
-            selection.append(Entry(model.id, model.sha, model.task, len(selection) + 1))
+            rank = len(selection) + 1
+            selection.append(
+                Entry(model.id, model.sha, model.task, rank, parameters=model.parameters)
+            )
         else:
-            rest.append(Entry(model.id, model.sha, model.task))
+            rest.append(Entry(model.id, model.sha, model.task, parameters=model.parameters))
     return selection + rest
 
 
@@ -236,6 +241,8 @@ def list_text(entries: Sequence[Entry], header: Mapping[str, object]) -> str:
         if entry.exclusion is not None:
             model.add("exclusion", entry.exclusion)
             model.add("notes", entry.notes or "")
+        if entry.parameters:
+            model.add("parameters", entry.parameters)
         models.append(model)
     if entries:
         document.add("model", models)

@@ -29,6 +29,7 @@ from pytest_neuronsupport import (
     baseline,
     collect,
     hub,
+    order,
     outcomes,
     report,
     selection,
@@ -107,6 +108,7 @@ class SweepSession:
         plugins.register(self, "neuronsupport-session")
         plugins.register(display, "neuronsupport-display")
         plugins.register(outcomes.JunitSkips(self.config), "neuronsupport-junit-skips")
+        plugins.register(order.ListOrder(self.config, self), "neuronsupport-list-order")
         if plugins.hasplugin("xdist"):
             plugins.register(xdist.XdistHooks(self, display), "neuronsupport-xdist")
 
@@ -136,11 +138,13 @@ class SweepSession:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """With a shard: keep this machine's part of the models, deselect the others."""
+        """With a shard: keep this machine's part of the models, deselect the others; then
+        the order they start in (:mod:`.order`)."""
         if self.settings.shard is not None:
             ids = collect.model_ids(items)
             mine = shards.mine(ids, self.costs(ids), self.settings.shard, self.store)
             collect.deselect(config, items, keep=mine)
+        order.apply(config, items, self.sweep)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models are known (controller only)."""

@@ -35,6 +35,9 @@ class Settings:
     #: Where runs start (their working directory): the folder pytest was invoked from.
     workdir: Path
     isolation: str = declared("isolation")
+    #: The order models start in under several xdist workers: ``cost`` (largest first,
+    #: :mod:`pytest_neuronsupport.order`) or ``list``.
+    order: str = declared("order")
     limit: int | None = declared("limit")
     rerun: bool = declared("rerun")
     #: On a failure, shrink the failing graph into repro.py (within ``minify_timeout_s``).
@@ -190,6 +193,7 @@ def settings_from(config: pytest.Config) -> Settings:
         timeout_s=get("timeout"),
         workdir=config.invocation_params.dir,
         isolation=get("isolation"),
+        order=get("order"),
         limit=limit,
         rerun=get("rerun"),
         minify=get("minify"),

@@ -206,4 +206,4 @@ def execute(
             reference = scratch_reference(cache, script)
             reference.unlink(missing_ok=True)
     run = ScriptRun(text, script, planned.cores, code.packages, reference, timeout_s)
-    return run_script(sweep, run)
+    return run_script(sweep, replace(run, weight_bytes=planned.weight_bytes))

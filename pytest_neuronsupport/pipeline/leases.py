@@ -1,10 +1,16 @@
-"""Step 4, lease: the device's cores, shared by every run on this machine.
+"""Step 4, lease: the device's cores and the host's memory, shared by every run on this
+machine.
 
 The cores are one shared resource between the workers of a sweep (and the sweeps of a machine
 that share a cache). A :class:`CoreAllocator` keeps the leases in a small JSON file guarded by a
 ``filelock``: each lease is a contiguous range aligned to its size (a 2-core model gets 0-1 or
 2-3, never 1-2), and names the processes holding it. A lease whose processes are all dead is
 reclaimed, so a killed worker or run never keeps its cores.
+
+Beside the cores, a :class:`HostMemoryGate` holds the host memory each run is estimated to need
+(:func:`host_bytes`: from its checkpoint's size and dtype, with a stated margin): a run that
+needs more than is free waits for it, instead of being killed by the OOM killer. A run takes
+its memory first, then its cores, so that no core is leased while its run waits for memory.
 """
 
 from __future__ import annotations
@@ -12,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import filelock
@@ -126,6 +133,244 @@ class CoreAllocator:
     @contextmanager
     def lease(self, count: int) -> Iterator[Lease]:
         held = self.acquire(count)
+        try:
+            yield held
+        finally:
+            self.release(held)
+
+
+# --- the host's memory -------------------------------------------------------------------------
+
+GIB = 1024**3
+#: The margin of a run's host-memory estimate (:func:`host_bytes`): a quarter over the weights'
+#: copies, and 1 GiB for the interpreter, torch, transformers, the tokenizer and activations.
+HOST_MARGIN = 1.25
+HOST_FIXED_BYTES = 1 * GIB
+#: Bytes a parameter in each dtype a run loads its weights in.
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+
+
+#: Bytes a parameter of a CPU reference: fp32, or fp64 beside fp32 (its float64 copy is made of
+#: the fp32 one, which stays loaded).
+REFERENCE_BYTES = {"fp32": 4, "fp64": 12}
+
+
+def host_bytes(
+    weight_bytes: int | None, dtype: str | None, reference: str | None = None
+) -> int | None:
+    """A run's host memory, estimated from its checkpoint's size (``weight_bytes``: its bf16
+    bytes, as :mod:`.sizing` counts them) and dtype; None when its size is unknown.
+
+    ``need = 1.25 x P x (d + r) + 1 GiB``: P parameters, d bytes a parameter in the run's
+    ``dtype`` (the weights as ``from_pretrained`` loads them on the host; None: a reference's
+    pass, which loads none in it), r those of its CPU ``reference`` computed in the same
+    process (``fp32``: 4; ``fp64``: 12, the float64 copy beside the fp32 one; None: 0). The
+    margin: a quarter over the copies, and 1 GiB for the interpreter, torch, transformers, the
+    tokenizer and the activations. Not counted: the compiler's own memory (neuronx-cc).
+    """
+    if weight_bytes is None:
+        return None
+    parameters = weight_bytes / 2
+    per_parameter = (DTYPE_BYTES.get(dtype, 4) if dtype else 0) + REFERENCE_BYTES.get(
+        reference or "", 0
+    )
+    return int(HOST_MARGIN * parameters * per_parameter) + HOST_FIXED_BYTES
+
+
+def meminfo(key: str) -> int | None:
+    """A line of /proc/meminfo in bytes (None: not Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(f"{key}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def available_bytes() -> int:
+    """The host's available memory (:func:`.sizing.available_memory_bytes`, looked up at each
+    call: a stand-in host replaces it there)."""
+    from pytest_neuronsupport.pipeline import sizing
+
+    return sizing.available_memory_bytes()
+
+
+def total_memory_bytes() -> int:
+    """The host's memory: ``MemTotal``, else the physical pages."""
+    total = meminfo("MemTotal")
+    return total if total is not None else os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes(pid: int) -> int:
+    """The resident memory of one process (``VmRSS``; 0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def with_descendants(pids: Iterable[int]) -> set[int]:
+    """``pids`` and every process below them (a run's ranks, its reference's process)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+class HostMemoryWarning(UserWarning):
+    """A run needs more host memory than is free with nothing else holding any: it runs
+    alone, and may be killed for memory."""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Host memory held for a run: ``bytes``, by ``pids`` (its holder, alive or reclaimed);
+    ``runs``: the processes whose memory is the hold's use (the run, and all below it)."""
+
+    bytes: int
+    pids: tuple[int, ...]
+    token: str
+    runs: tuple[int, ...] = ()
+    #: It was let in alone: more than was free, with nothing else holding.
+    alone: bool = False
+
+    def alive(self) -> bool:
+        return any(pid_alive(p) for p in self.pids)
+
+
+class HostMemoryGate:
+    """Host memory held by the runs of every process that uses the same ``path``, beside the
+    cores (a JSON file of holds under a ``filelock``, the holds of dead processes reclaimed).
+
+    A run that needs ``need`` bytes waits until ``need`` is free: the host's available memory
+    (``available``: ``MemAvailable``) less what the holds reserved and do not use yet (each
+    hold's bytes less the resident memory of its run's processes, never below 0). With nothing
+    else holding, a run goes in whatever it needs (alone, saying so if it needs more than is
+    free, the machine's whole memory (``total``) included): waiting would be for ever.
+    ``available``, ``total`` and ``resident`` (bytes of one process) stand for the host's own
+    readings; by default they are looked up at each call (a stand-in host replaces them).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        available: Callable[[], int] | None = None,
+        total: Callable[[], int] | None = None,
+        resident: Callable[[int], int] | None = None,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.path = path
+        self.available = available or (lambda: available_bytes())
+        self.total = total or (lambda: total_memory_bytes())
+        self.resident = resident or (lambda pid: resident_bytes(pid))
+        self.poll_s = poll_s
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = filelock.FileLock(str(path) + ".lock")
+
+    def _read(self) -> list[Hold]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return [
+                Hold(d["bytes"], tuple(d["pids"]), d["token"], tuple(d["runs"]), d["alone"])
+                for d in data
+            ]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+
+    def _write(self, holds: Iterable[Hold]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        data = [
+            {"bytes": h.bytes, "pids": h.pids, "token": h.token, "runs": h.runs, "alone": h.alone}
+            for h in holds
+        ]
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def holds(self) -> list[Hold]:
+        """The live holds (reclaiming those of dead processes)."""
+        with self._lock:
+            live = [h for h in self._read() if h.alive()]
+            self._write(live)
+            return live
+
+    def free(self, holds: Iterable[Hold]) -> int:
+        """Available memory less what ``holds`` reserved and do not use yet."""
+        holds = list(holds)
+        runs = {h.token: with_descendants(h.runs) if h.runs else set() for h in holds}
+        unused = sum(max(0, h.bytes - sum(map(self.resident, runs[h.token]))) for h in holds)
+        return self.available() - unused
+
+    def try_hold(self, need: int, pid: int | None = None) -> Hold | None:
+        """Hold ``need`` bytes if they are free now (or nothing else holds any), else None."""
+        with self._lock:
+            live = [h for h in self._read() if h.alive()]
+            free = self.free(live)
+            if live and need > free:
+                self._write(live)
+                return None
+            alone = need > free or need > self.total()
+            hold = Hold(need, (pid or os.getpid(),), os.urandom(8).hex(), alone=alone)
+            self._write([*live, hold])
+            return hold
+
+    def acquire(self, need: int, timeout_s: float | None = None) -> Hold:
+        """Wait for ``need`` bytes of host memory."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            hold = self.try_hold(need)
+            if hold is not None:
+                return hold
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"no {need / GIB:.1f} GiB of host memory free in {timeout_s} s")
+            time.sleep(self.poll_s)
+
+    def add_pid(self, hold: Hold, pid: int) -> Hold:
+        """Name the run's process: its memory (and its children's) is the hold's use."""
+        with self._lock:
+            updated = replace(hold, runs=(*hold.runs, pid))
+            self._write([updated if h.token == hold.token else h for h in self._read()])
+            return updated
+
+    def release(self, hold: Hold) -> None:
+        with self._lock:
+            self._write([h for h in self._read() if h.token != hold.token])
+
+    @contextmanager
+    def hold(self, need: int | None) -> Iterator[Hold | None]:
+        """Hold ``need`` bytes while the block runs (None: nothing to hold, at once). A run let
+        in alone says so (:class:`HostMemoryWarning`)."""
+        if not need:
+            yield None
+            return
+        held = self.acquire(need)
+        if held.alone:
+            warnings.warn(
+                HostMemoryWarning(
+                    f"a run needs {need / GIB:.1f} GiB of host memory, more than is free "
+                    f"({self.available() / GIB:.1f} GiB of {self.total() / GIB:.1f} GiB): "
+                    "it runs alone, nothing else holding host memory"
+                ),
+                stacklevel=3,
+            )
         try:
             yield held
         finally:

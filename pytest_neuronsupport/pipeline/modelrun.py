@@ -36,6 +36,8 @@ from typing import Any
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
+from pytest_neuronsupport.pipeline.leases import host_bytes
+from pytest_neuronsupport.pipeline.sizing import host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
 from pytest_neuronsupport.runners.lib.protocol import (
     REFERENCE_ENV,
@@ -68,6 +70,9 @@ class ScriptRun:
     defaults: Mapping[str, str] = field(default_factory=lambda: dict(RUN_ENV))
     #: What the status says it runs (a benchmark's configuration, a training trial).
     step: str = "run"
+    #: The checkpoint's bf16 bytes (None: unknown): the host memory its run and its
+    #: reference's pass hold (:func:`~pytest_neuronsupport.pipeline.leases.host_bytes`).
+    weight_bytes: int | None = None
 
     @property
     def names(self) -> tuple[str, str]:
@@ -92,8 +97,9 @@ def run_script(sweep: Sweep, run: ScriptRun) -> Outcome:
             before = reference_pass(sweep, run, overlay)
             env.update(told(before))
     names, timeout_s = run.names, run.timeout_s
+    host = host_bytes(run.weight_bytes, s.dtype, reference_dtype(run))  # one it computes too
     outcome = sweep.run_isolated(
-        run.script, run.cores, overlay, timeout_s, env, names, run.defaults, run.step
+        run.script, run.cores, overlay, timeout_s, env, names, run.defaults, run.step, host
     )
     verdict = timed(outcome.verdict, s.device, before)
     return replace(outcome, verdict=verdict, core_s=round(run.cores * outcome.wall_s, 3))
@@ -107,7 +113,16 @@ def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcom
     env.update(sweep.settings.device.reference_env(run.cores))
     stem = f"{run.script.stem}-reference"
     sweep.phases.mark("reference")
-    return sweep.run_unleased(run.script, overlay, env, (f"{stem}.json", f"{stem}.log"))
+    host = host_bytes(run.weight_bytes, None, reference_dtype(run))
+    return sweep.run_unleased(run.script, overlay, env, (f"{stem}.json", f"{stem}.log"), host)
+
+
+def reference_dtype(run: ScriptRun) -> str | None:
+    """The dtypes of the CPU reference a run computes (None: none): fp64 beside fp32 where the
+    host holds it, as the run's script is told."""
+    if run.reference is None or run.reference.is_file():
+        return None
+    return "fp64" if host_holds_fp64(run.weight_bytes) else "fp32"
 
 
 def told(before: Outcome) -> dict[str, str]:

@@ -24,7 +24,7 @@ from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
-from pytest_neuronsupport.pipeline.leases import CoreAllocator
+from pytest_neuronsupport.pipeline.leases import CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
@@ -126,6 +126,11 @@ class Sweep:
         device = self.settings.device
         return CoreAllocator(self.settings.leases / f"{device.name}.json", device.core_count())
 
+    @cached_property
+    def host_memory(self) -> HostMemoryGate:
+        """The host memory runs hold, shared by every sweep on this machine."""
+        return HostMemoryGate(self.settings.leases / "host-memory.json")
+
     @property
     def executor(self) -> Executor:
         """The fork server starts with the first run: a sweep that runs nothing never pays."""
@@ -185,18 +190,20 @@ class Sweep:
         names: tuple[str, str] = ("verdict.json", "output.log"),
         defaults: Mapping[str, str] = RUN_ENV,
         step: str = "run",
+        host_bytes: int | None = None,
     ) -> Outcome:
         """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
         environment over ``defaults``, the device's, then ``env``; its verdict and log in
         ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
         of packages imported before the environment's; ``step``: what the status says it runs
-        (a benchmark's configuration...), before the run's own phase. Only
+        (a benchmark's configuration...), before the run's own phase; ``host_bytes``: the host
+        memory it needs (:func:`.leases.host_bytes`), held first (None: not gated). Only
         :func:`~pytest_neuronsupport.pipeline.modelrun.run_script` calls it."""
         s = self.settings
         environment = self.environment(defaults, env or {})
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
-        with self.allocator.lease(cores) as lease:
+        with self.host_memory.hold(host_bytes) as held, self.allocator.lease(cores) as lease:
             log = script.parent / names[1]
             log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
             self.phases.mark(step, log=log)
@@ -206,17 +213,32 @@ class Sweep:
 
             def started(pid: int) -> None:
                 self.allocator.add_pid(lease, pid)  # the run holds the lease too
+                if held is not None:
+                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
 
             return self.executor.run(request, started=started)
 
     def run_unleased(
-        self, script: Path, overlay: Path | None, env: Mapping[str, str], names: tuple[str, str]
+        self,
+        script: Path,
+        overlay: Path | None,
+        env: Mapping[str, str],
+        names: tuple[str, str],
+        host_bytes: int | None = None,
     ) -> Outcome:
         """Run ``script`` isolated on the host, holding no core (a CPU reference's pass): the
-        sweep's environment and ``env``, the sweep's timeout."""
+        sweep's environment and ``env``, the sweep's timeout; ``host_bytes`` of host memory
+        held (None: not gated)."""
         environment = self.environment(RUN_ENV, env)
         (script.parent / names[1]).unlink(missing_ok=True)
-        return self.executor.run(self.request(script, environment, names, None, overlay))
+        with self.host_memory.hold(host_bytes) as held:
+            request = self.request(script, environment, names, None, overlay)
+
+            def started(pid: int) -> None:
+                if held is not None:
+                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
+
+            return self.executor.run(request, started=started)
 
     def request(
         self,

@@ -1,0 +1,273 @@
+"""Cost-ordered starts (``--neuron-order cost``): under several xdist workers, the models start
+largest first, so that the sweep ends when its work does, not with a 16-core model started last.
+
+A model's cost is its predicted core-seconds:
+
+* **recorded**: its row on the sweep's pair, ``wall_s`` x ``neuron_cores`` (an excluded row has
+  no cost);
+* else **estimated from its size**, :func:`estimate_core_s`: ``cores x 60 s + 20 s a GB`` of
+  its bf16 weights, the cores the sizing would give them (:func:`.sizing.cores_needed`). The
+  size is what is known without downloading: the list entry's ``parameters`` (the Hub's
+  metadata, written by ``neuronsupport select``), else a local checkpoint's safetensors headers
+  (its ``path``, or a zoo model already built in the cache). Where models have both a row and a
+  size, the estimates are scaled by the median ratio of the two, so that both speak in this
+  machine's seconds;
+* else **unknown**: the mean of the others' costs (all unknown: list order).
+
+The order is largest first, ties in list order. pytest-xdist's ``load`` scheduler hands each
+worker a chunk of consecutive items at the start, so the sorted order is then **dealt**
+(:func:`dealt`): the k-th largest goes first in worker k's chunk, the (n+k)-th second, and the
+rest follow in order, taken from the front as workers free up. Every worker must collect the
+same items in the same order, and a checkpoint may appear in the cache while they collect: the
+first worker to order the sweep writes the order once (:func:`shared_order`, in the sweep's
+folder), the others read it. The dataset's rows, junit and the reports do not follow the
+start order: rows are merged by model, the summary lists models in list order.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport.modellist import ModelSpec
+
+ORDERS = ("cost", "list")
+#: The size estimate of a model's core-seconds: a fixed part a core (the compile's and the
+#: run's start), and seconds a GB of bf16 weights (compiling and loading them), as the fleet
+#: benchmark's phase model states them (benchmarks/fleet.py).
+FIXED_S_A_CORE = 60.0
+S_PER_GB = 20.0
+GB = 1e9
+#: The file of a sweep's order, in its folder (``<results>/.sweeps/<sweep-id>``): a dot-file,
+#: which the progress's reader of phase files passes over.
+ORDER_FILE = ".order.json"
+
+
+def recorded_core_s(row: Mapping[str, Any] | None) -> float | None:
+    """A recorded row's core-seconds: ``wall_s`` x ``neuron_cores`` (one core when the row
+    says none), or None (no row, an excluded one, or no wall time)."""
+    if row is None or row.get("wall_s") is None or str(row.get("result")) == "EXCLUDED":
+        return None
+    return float(row["wall_s"]) * int(row.get("neuron_cores") or 1)
+
+
+def estimate_core_s(weight_bytes: int, core_gb: float, max_cores: int) -> float:
+    """Core-seconds from the size of the bf16 weights (see the module's docstring)."""
+    from pytest_neuronsupport.pipeline.sizing import cores_needed
+
+    cores = min(cores_needed(weight_bytes, core_gb), max(1, max_cores))
+    return cores * FIXED_S_A_CORE + S_PER_GB * weight_bytes / GB
+
+
+def weight_bytes(spec: ModelSpec, cache: Path) -> int | None:
+    """The bf16 bytes of a model's weights known without downloading anything, or None."""
+    from pytest_neuronsupport.pipeline import sizing
+
+    if spec.parameters is not None:
+        return spec.parameters * sizing.BF16_BYTES
+    folder = local_folder(spec, cache)
+    if folder is None:
+        return None
+    try:
+        count = sizing.checkpoint_parameters(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None if count is None else count * sizing.BF16_BYTES
+
+
+def local_folder(spec: ModelSpec, cache: Path) -> Path | None:
+    """A checkpoint folder already on this machine: the entry's ``path``, or its zoo model's
+    if built (never built here)."""
+    if spec.path is not None:
+        path = Path(spec.path)
+        return path if path.is_dir() else None
+    if spec.is_zoo and "/" not in spec.id:  # not a tiny architecture (zoo:arch/...)
+        from pytest_neuronsupport.zoo.builder import zoo_root
+
+        folder = zoo_root(cache) / spec.id.removeprefix("zoo:")
+        return folder if folder.is_dir() else None
+    return None
+
+
+def predicted(
+    models: Sequence[str],
+    recorded: Mapping[str, float],
+    estimated: Mapping[str, float],
+) -> dict[str, float]:
+    """Each model's predicted core-seconds: its recorded cost, else its size's estimate scaled
+    by the median ratio of recorded to estimated over the models with both (1 when none has
+    both); the models with neither are left out."""
+    both = [recorded[m] / estimated[m] for m in models if m in recorded and estimated.get(m)]
+    scale = statistics.median(both) if both else 1.0
+    costs = {m: estimated[m] * scale for m in models if m in estimated}
+    costs.update({m: recorded[m] for m in models if m in recorded})
+    return costs
+
+
+def by_cost(models: Sequence[str], costs: Mapping[str, float]) -> list[str]:
+    """``models`` largest first; a model without a cost counts as the mean of the known ones;
+    ties (and all unknown) in list order."""
+    known = [costs[m] for m in models if m in costs]
+    mean = statistics.fmean(known) if known else 0.0
+    position = {m: i for i, m in enumerate(models)}
+    return sorted(models, key=lambda m: (-costs.get(m, mean), position[m]))
+
+
+def first_chunk(total: int, workers: int, most: int | None = None) -> int:
+    """How many consecutive items pytest-xdist's ``load`` scheduler (3.x) first hands each
+    worker: a quarter of its share (at most ``most``: ``--maxschedchunk``), at least 2; 1
+    (the items round the workers) with fewer than 2 a worker."""
+    if total < 2 * workers:
+        return 1
+    return max(min(total // workers // 4, most or total), 2)
+
+
+def dealt(ordered: Sequence[str], workers: int, most: int | None = None) -> list[str]:
+    """``ordered`` (largest first) placed so that xdist's ``load`` scheduler starts it in that
+    order: the first chunk of worker k holds the items k, k + n, k + 2n... (n workers), and
+    the rest follow in order, for the workers to take from the front as they free up."""
+    if workers <= 1:
+        return list(ordered)
+    chunk = first_chunk(len(ordered), workers, most)
+    out = list(ordered)
+    for rank in range(min(len(ordered), chunk * workers)):
+        out[(rank % workers) * chunk + rank // workers] = ordered[rank]
+    return out
+
+
+def start_order(
+    specs: Sequence[ModelSpec],
+    find_row: Callable[[str], Mapping[str, Any] | None],
+    *,
+    cache: Path,
+    core_gb: float,
+    max_cores: int,
+    workers: int,
+    most: int | None = None,
+) -> list[str]:
+    """The models of ``specs`` in the order they are to be collected: by cost, dealt to
+    ``workers`` (``most``: xdist's ``--maxschedchunk``)."""
+    ids = [spec.id for spec in specs]
+    recorded = {m: c for m in ids if (c := recorded_core_s(find_row(m))) is not None}
+    estimated: dict[str, float] = {}
+    for spec in specs:
+        size = weight_bytes(spec, cache)  # a recorded model's too: the scale between the two
+        if size is not None:
+            estimated[spec.id] = estimate_core_s(size, core_gb, max_cores)
+    return dealt(by_cost(ids, predicted(ids, recorded, estimated)), workers, most)
+
+
+def shared_order(folder: Path | None, order: list[str]) -> list[str]:
+    """The sweep's order: ``order``, written once into ``folder`` (None: this process alone
+    collects); the first writer's if another process of the sweep wrote it first, provided it
+    orders the same models."""
+    if folder is None:
+        return order
+    from pytest_neuronsupport.dataset.durable import write_once
+
+    kept = json.loads(write_once(folder / ORDER_FILE, json.dumps(order)))
+    return kept if sorted(kept) == sorted(order) else order
+
+
+def reorder(items: list[Any], order: Sequence[str], key: Callable[[Any], str | None]) -> None:
+    """Put ``items`` in place in ``order`` (by ``key``; an item whose key is None or not in
+    ``order`` keeps its place at the end, in its order)."""
+    rank = {m: i for i, m in enumerate(order)}
+    items.sort(key=lambda item: rank.get(key(item) or "", len(rank)))
+
+
+# --- the sweep's side: its collection, and its reports in list order ---------------------------
+
+
+#: The key of a worker's ``workerinput`` that holds the controller's scheduling: its ``--dist``
+#: and ``--maxschedchunk`` (a worker's own options say ``--dist no``).
+SCHEDULING_KEY = "neuronsupport_scheduling"
+
+
+def workers_of(config: Any) -> tuple[int, int | None]:
+    """The sweep's xdist workers that share out its items with the ``load`` scheduler, and
+    its ``--maxschedchunk`` (1 worker: not under xdist, or another scheduler)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return 1, None
+    dist, most = workerinput.get(SCHEDULING_KEY) or ("load", None)
+    if dist != "load":
+        return 1, None
+    return int(workerinput.get("workercount", 1)), most
+
+
+def apply(config: Any, items: list[Any], sweep: Any) -> None:
+    """``--neuron-order cost`` under several workers: the model items in their start order
+    (:func:`start_order`, the same in every worker: :func:`shared_order`)."""
+    workers, most = workers_of(config)
+    if sweep.settings.order != "cost" or workers <= 1:
+        return
+    from pytest_neuronsupport.collect import ModelItem
+    from pytest_neuronsupport.dataset.layout import phases_dir
+    from pytest_neuronsupport.dataset.schema import SUPPORT
+
+    s = sweep.settings
+    specs = [item.spec for item in items if isinstance(item, ModelItem)]
+    found = start_order(
+        specs,
+        lambda model_id: sweep.recorded(SUPPORT, model_id),
+        cache=s.cache,
+        core_gb=s.core_capacity_gb,
+        max_cores=min(s.max_cores, s.device.core_count()),
+        workers=workers,
+        most=most,
+    )
+    found = shared_order(phases_dir(s.results, sweep.sweep_id), found)
+    reorder(items, found, lambda item: item.spec.id if isinstance(item, ModelItem) else None)
+
+
+def list_ids(lists: Sequence[Path], runners: Any) -> list[str]:
+    """The models of the lists, in list order (an unreadable list: none of its models)."""
+    from pytest_neuronsupport.modellist import ModelListError, parse
+
+    ids: list[str] = []
+    for path in lists:
+        try:
+            ids += [spec.id for spec in parse(path, runners)]
+        except (ModelListError, OSError):
+            continue
+    return ids
+
+
+class ListOrder:
+    """The controller's side: its scheduling handed to the workers (:func:`workers_of`), and
+    the sweep's reports in list order whatever order its models ran in: the rows the terminal
+    summary lists, and junit's test cases (``--junitxml``), put in list order as the session
+    ends, before either is written (the dataset's files are sorted by model)."""
+
+    def __init__(self, config: Any, session: Any) -> None:
+        self.config, self.session = config, session
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: only with it
+    def pytest_configure_node(self, node: Any) -> None:
+        option = self.config.option
+        scheduling = (getattr(option, "dist", "load"), getattr(option, "maxschedchunk", None))
+        node.workerinput[SCHEDULING_KEY] = scheduling
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self) -> None:
+        s = self.session
+        position = {m: i for i, m in enumerate(list_ids(s.settings.lists, s.runners))}
+
+        def rank(model_id: str) -> int:
+            return position.get(model_id, len(position))
+
+        for rows in s.rows.values():
+            rows.sort(key=lambda row: rank(row["model_id"]))
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:  # pytest's own list of its test cases, in the order they ended
+            # (each finalized: only its element is left, named by the model)
+            ordered = xml.node_reporters_ordered
+            ordered.sort(key=lambda reporter: rank(str(reporter.to_xml().get("name"))))

@@ -1,0 +1,150 @@
+"""The host-memory gate (``pipeline.leases.HostMemoryGate``): runs wait for the host memory
+they need instead of being killed for it, across processes; holds of dead processes are
+reclaimed; a run larger than the machine runs alone. The host's "available" reading is given
+to each gate, so that what is free is known exactly; processes and threads are real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_neuronsupport.pipeline.leases import (
+    GIB,
+    HostMemoryGate,
+    HostMemoryWarning,
+    host_bytes,
+    resident_bytes,
+    with_descendants,
+)
+
+
+def gate(tmp_path: Path, available_gib: float = 10, total_gib: float = 16) -> HostMemoryGate:
+    return HostMemoryGate(
+        tmp_path / "host-memory.json",
+        available=lambda: int(available_gib * GIB),
+        total=lambda: int(total_gib * GIB),
+        poll_s=0.01,
+    )
+
+
+def test_the_estimate_is_the_weights_copies_with_its_margin() -> None:
+    bf16 = 2 * 10**9  # a 1B model
+    assert host_bytes(bf16, "bfloat16") == int(1.25 * 2e9) + GIB  # the device's run alone
+    # a reference's pass: fp32 and fp64, 1.25 x 1e9 x 12 + 1 GiB
+    assert host_bytes(bf16, None, "fp64") == int(1.25 * 12e9) + GIB
+    # an fp32 run that computes its fp32 reference too: 1.25 x 1e9 x (4 + 4) + 1 GiB
+    assert host_bytes(bf16, "float32", "fp32") == int(1.25 * 8e9) + GIB
+    assert host_bytes(None, "bfloat16") is None  # size unknown: not gated
+
+
+def test_a_run_waits_until_the_memory_it_needs_is_free(tmp_path: Path) -> None:
+    first = gate(tmp_path).try_hold(6 * GIB)
+    assert first is not None and not first.alone
+    assert gate(tmp_path).try_hold(6 * GIB) is None  # 4 GiB free
+    small = gate(tmp_path).try_hold(3 * GIB)
+    assert small is not None  # 3 fit beside it
+    got: list[object] = []
+    waiting = threading.Thread(target=lambda: got.append(gate(tmp_path).acquire(6 * GIB)))
+    waiting.start()
+    gate(tmp_path).release(first)
+    waiting.join()
+    assert len(got) == 1
+    assert {h.bytes for h in gate(tmp_path).holds()} == {6 * GIB, 3 * GIB}
+
+
+def test_a_hold_in_use_counts_as_used_only_once(tmp_path: Path) -> None:
+    """Memory a run already uses is out of "available" already: only what it reserved and does
+    not use yet is taken off again."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; b = bytearray(300 * 2**20); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        while resident_bytes(child.pid) < 300 * 2**20:
+            assert child.poll() is None  # until its memory is resident
+        g = gate(tmp_path)
+        held = g.try_hold(1 * GIB)
+        assert held is not None
+        assert g.free(g.holds()) == 9 * GIB  # nothing used yet: all of it reserved
+        g.add_pid(held, child.pid)
+        assert g.free(g.holds()) >= 9 * GIB + 300 * 2**20
+    finally:
+        child.communicate(b"")
+
+
+def test_holds_of_dead_processes_are_reclaimed(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = int(done.stdout)
+    g = gate(tmp_path)
+    assert g.try_hold(8 * GIB, pid=dead) is not None
+    assert g.holds() == []  # its process is gone
+    assert g.try_hold(8 * GIB) is not None
+
+
+def test_a_run_larger_than_the_machine_runs_alone_and_says_so(tmp_path: Path) -> None:
+    g = gate(tmp_path, available_gib=10, total_gib=16)
+    other = g.try_hold(1 * GIB)
+    assert other is not None
+    assert g.try_hold(32 * GIB) is None  # it waits for the others
+    g.release(other)
+    with pytest.warns(HostMemoryWarning, match="runs alone"), g.hold(32 * GIB) as held:
+        assert held is not None and held.alone
+        assert g.try_hold(1 * GIB) is None  # nothing beside it
+    assert g.holds() == []
+    with g.hold(None) as nothing:
+        assert nothing is None  # size unknown: not gated
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pytest_neuronsupport.pipeline.leases import GIB, HostMemoryGate
+
+    g = HostMemoryGate(Path(sys.argv[1]), available=lambda: 10 * GIB, total=lambda: 16 * GIB)
+    with g.hold(6 * GIB):
+        print("held", flush=True)
+        sys.stdin.read()  # until told to end
+    """
+)
+
+
+def test_the_gate_is_shared_by_processes(tmp_path: Path) -> None:
+    path = tmp_path / "host-memory.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        g = gate(tmp_path)
+        assert [h.pids for h in g.holds()] == [(child.pid,)]
+        assert g.try_hold(6 * GIB) is None
+    finally:
+        child.communicate("")
+    assert gate(tmp_path).try_hold(6 * GIB) is not None  # released as it ended
+
+
+def test_a_runs_processes_include_those_below_it() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        assert {os.getpid(), child.pid} <= with_descendants([os.getpid()])
+    finally:
+        child.communicate(b"")
