@@ -9,39 +9,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import fleet
 import pytest
-from xdist.scheduler import LoadScheduling
 
 from pytest_neuronsupport.pipeline.sizing import config_parameters, cores_needed
-
-
-class Options:
-    """What the scheduler reads of pytest's configuration."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-
-    def getvalue(self, name: str) -> Any:
-        return [f"{self.workers}*popen"] if name == "tx" else None
-
-    getoption = getvalue
-
-
-class Worker:
-    """A worker as the scheduler sees it: its name, and the entries it is sent."""
-
-    def __init__(self, name: str) -> None:
-        self.gateway = SimpleNamespace(id=name)
-        self.sent: list[int] = []
-
-    def send_runtest_some(self, indices: list[int]) -> None:
-        self.sent.extend(indices)
-
-    def shutdown(self) -> None: ...
+from tests.xdist_scheduling_for_tests import scheduled
 
 
 @pytest.mark.parametrize(("models", "workers"), [(1000, 16), (1000, 64), (40, 4), (5, 4), (30, 1)])
@@ -50,13 +24,7 @@ def test_each_worker_starts_with_its_warm_up(models: int, workers: int) -> None:
     warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
     text = fleet.model_list(some, warmups)
     ids = [line.split('"')[1] for line in text.splitlines() if line.startswith("id = ")]
-    scheduler = LoadScheduling(Options(workers))  # type: ignore[arg-type]
-    nodes = [Worker(f"gw{k}") for k in range(workers)]
-    for node in nodes:
-        scheduler.add_node(node)  # type: ignore[arg-type]
-    for node in nodes:
-        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
-    scheduler.schedule()
+    nodes = scheduled(ids, workers)
     firsts = [ids[node.sent[0]] for node in nodes]
     assert sorted(firsts) == warmups
 
@@ -96,13 +64,7 @@ def test_by_cost_too_each_worker_starts_with_its_warm_up(
     ids = order.start_order(
         specs, lambda m: None, cache=tmp_path, core_gb=24.0, max_cores=16, workers=workers
     )
-    scheduler = LoadScheduling(Options(workers))  # type: ignore[arg-type]
-    nodes = [Worker(f"gw{k}") for k in range(workers)]
-    for node in nodes:
-        scheduler.add_node(node)  # type: ignore[arg-type]
-    for node in nodes:
-        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
-    scheduler.schedule()
+    nodes = scheduled(ids, workers)
     assert sorted(ids[node.sent[0]] for node in nodes) == warmups
     sizes = {m.id: m.parameters for m in some}
     second = [sizes[ids[node.sent[1]]] for node in nodes]

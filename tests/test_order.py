@@ -7,14 +7,13 @@ import json
 import struct
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadScheduling
 
 from pytest_neuronsupport import order
 from pytest_neuronsupport.modellist import ModelSpec
+from tests.xdist_scheduling_for_tests import scheduled
 
 
 def spec(model_id: str, **fields: Any) -> ModelSpec:
@@ -86,45 +85,6 @@ def test_the_start_order_from_rows_and_sizes(tmp_path: Path) -> None:
     )
     # huge: 8 cores x 60 + 20 x 200 = 4480; seen: 200; small: 64; unknown: their mean
     assert found == ["org/huge", "org/unknown", "org/seen", "org/small"]
-
-
-class Options:
-    """What xdist's scheduler reads of pytest's configuration."""
-
-    def __init__(self, workers: int, most: int | None = None) -> None:
-        self.workers, self.most = workers, most
-
-    def getvalue(self, name: str) -> Any:
-        if name == "maxschedchunk":
-            return self.most
-        return [f"{self.workers}*popen"] if name == "tx" else None
-
-    getoption = getvalue
-
-
-class Worker:
-    def __init__(self, name: str) -> None:
-        self.gateway = SimpleNamespace(id=name)
-        self.sent: list[int] = []
-        self.shutting_down = False
-
-    def send_runtest_some(self, indices: list[int]) -> None:
-        self.sent.extend(indices)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
-
-
-def scheduled(ids: list[str], workers: int, most: int | None = None) -> list[Worker]:
-    """What xdist's own ``load`` scheduler sends each worker at the start."""
-    scheduler = LoadScheduling(Options(workers, most))  # type: ignore[arg-type]
-    nodes = [Worker(f"gw{k}") for k in range(workers)]
-    for node in nodes:
-        scheduler.add_node(node)  # type: ignore[arg-type]
-    for node in nodes:
-        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
-    scheduler.schedule()
-    return nodes
 
 
 @pytest.mark.parametrize(
