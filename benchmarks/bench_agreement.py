@@ -8,7 +8,7 @@ between the two sides, so a sweep timed first and a bare loop timed after it com
 not the code. This script takes ``--repeat`` pairs, alternating the order (sweep then bare,
 bare then sweep, ...), and compares the medians of all the rounds of each side:
 
-1. *sweep*: a bench sweep (``pytest --neuron-sweep --neuron-bench``) of one model and
+1. *sweep*: a bench sweep (``pytest --neuron-sweep --neuron-perf``) of one model and
    configuration, ``aot_eager`` on the CPU, offline; the row's raw per-round timings
    (``timings``), compiled and eager, and the threads and CPUs its run timed with (``check``).
    The first sweep runs the support run too; later ones find ``run.py`` unchanged and run only
@@ -133,9 +133,9 @@ def run_sweep(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0",
         "--neuron-sweep", f"--neuron-models={folder / 'models.toml'}",
         f"--neuron-backend={BACKEND}", f"--neuron-results={folder / 'results'}",
-        "--neuron-bench", f"--neuron-bench-batch={args.batch}", f"--neuron-bench-io={args.io}",
-        f"--neuron-bench-seq-len={args.seq_len}", f"--neuron-bench-rounds={args.rounds}",
-        f"--neuron-bench-warmup={args.warmup}",
+        "--neuron-perf", f"--neuron-perf-batch={args.batch}", f"--neuron-perf-io={args.io}",
+        f"--neuron-perf-seq-len={args.seq_len}", f"--neuron-perf-rounds={args.rounds}",
+        f"--neuron-perf-warmup={args.warmup}",
     ]  # fmt: skip
     subprocess.run(command, cwd=folder, check=True, capture_output=True)
     (path,) = Path(folder, "results", "perf").glob("*/*.parquet")

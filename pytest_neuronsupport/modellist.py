@@ -20,9 +20,9 @@ A list looks like::
     mode = "train"                # optional: a training test (default "inference"; every
                                   #   entry is one under --neuron-train)
     seq_len = 512                 # optional: tokens per training sample (default 128)
-    bench_batch = [1, 16]         # optional, with --neuron-bench: its configurations, instead
-    bench_seq_len = [128]         #   of the options' (--neuron-bench-batch, -seq-len, -io)
-    bench_io = ["128/128"]
+    perf_batch = [1, 16]         # optional, with --neuron-perf: its configurations, instead
+    perf_seq_len = [128]         #   of the options' (--neuron-perf-batch, -seq-len, -io)
+    perf_io = ["128/128"]
 
 Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
 line and the entry. This module imports only the standard library and ``huggingface_hub``'s
@@ -47,6 +47,10 @@ from pytest_neuronsupport.runners import Runners
 ZOO_PREFIX = "zoo:"
 PACKAGE_PREFIX = "package:"
 
+#: The list keys' former names (the performance mode's were ``bench_*``), still taken.
+FORMERLY_OF = {"perf_batch": "bench_batch", "perf_seq_len": "bench_seq_len", "perf_io": "bench_io"}
+FORMERLY = tuple(FORMERLY_OF.values())
+
 _KEYS = {
     "id",
     "path",
@@ -61,9 +65,10 @@ _KEYS = {
     "notes",
     "mode",
     "seq_len",
-    "bench_batch",
-    "bench_seq_len",
-    "bench_io",
+    "perf_batch",
+    "perf_seq_len",
+    "perf_io",
+    *FORMERLY,
 }
 MODES = ("inference", "train")
 #: Tokens per training sample unless the entry says.
@@ -105,9 +110,9 @@ class ModelSpec:
     #: Tokens per training sample (None: :data:`DEFAULT_SEQ_LEN`).
     seq_len: int | None = None
     #: Benchmark configurations of this model (None: the options').
-    bench_batch: tuple[int, ...] | None = None
-    bench_seq_len: tuple[int, ...] | None = None
-    bench_io: tuple[tuple[int, int], ...] | None = None
+    perf_batch: tuple[int, ...] | None = None
+    perf_seq_len: tuple[int, ...] | None = None
+    perf_io: tuple[tuple[int, int], ...] | None = None
 
     @property
     def is_zoo(self) -> bool:
@@ -162,7 +167,7 @@ def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runner
             notes=raw.get("notes"),
             mode=raw.get("mode", "inference"),
             seq_len=raw.get("seq_len"),
-            **_bench_sizes(raw),
+            **_perf_sizes(raw),
         )
     except ValueError as exc:
         raise _fail(source, line, label, str(exc)) from None
@@ -204,17 +209,18 @@ def _check_values(raw: Any) -> None:
         )
 
 
-def _bench_sizes(raw: dict[str, Any]) -> dict[str, Any]:
-    """The entry's own benchmark sizes (``bench_batch``, ``bench_seq_len``, ``bench_io``)."""
+def _perf_sizes(raw: dict[str, Any]) -> dict[str, Any]:
+    """The entry's own benchmark sizes (``perf_batch``, ``perf_seq_len``, ``perf_io``; or their
+    former keys, :data:`FORMERLY`)."""
     bench: dict[str, Any] = {}
-    for key in ("bench_batch", "bench_seq_len", "bench_io"):
-        value = raw.get(key)
+    for key in ("perf_batch", "perf_seq_len", "perf_io"):
+        value = raw.get(key, raw.get(FORMERLY_OF[key]))
         if value is None:
             continue
         if not (isinstance(value, list) and value):
             raise ValueError(f"'{key}' must be a non-empty list")
         text = ",".join(str(v) for v in value if not isinstance(v, bool))
-        if key == "bench_io":
+        if key == "perf_io":
             bench[key] = parse_io(text)
         else:
             bench[key] = parse_sizes(text) if all(isinstance(v, int) for v in value) else ()

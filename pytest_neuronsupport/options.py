@@ -69,6 +69,13 @@ class Option:
     described: str | None = None
     #: Reads a "text" option's value (given or default) into what ``Settings`` holds.
     parse: Callable[[str], Any] | None = None
+    #: Its former name, still taken as a flag and an ini key (scripts and ini files have it).
+    formerly: str | None = None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Its names as a flag's ``--neuron-<name>`` would be written, the former one last."""
+        return (self.name,) if self.formerly is None else (self.name, self.formerly)
 
     @property
     def dest(self) -> str:
@@ -256,61 +263,76 @@ OPTIONS: tuple[Option, ...] = (
         default=256,
     ),
     Option(
-        "bench",
+        "perf",
         "after each model's support run, benchmark it: throughput, latency percentiles, TTFT "
         "and TPOT, compiled and eager (rows in <results>/perf; `neuronsupport perf` prints them)",
         kind="flag",
+        formerly="bench",
     ),
     Option(
-        "bench-batch",
+        "perf-batch",
         "batch sizes to benchmark, e.g. 1,16",
         "B[,B...]",
         default="1",
         parse=parse_sizes,
+        formerly="bench-batch",
     ),
     Option(
-        "bench-seq-len",
+        "perf-seq-len",
         "encoders' sequence lengths",
         "N[,N...]",
         default="128",
         parse=parse_sizes,
+        formerly="bench-seq-len",
     ),
     Option(
-        "bench-io",
+        "perf-io",
         "generation's input/output lengths, e.g. 128/128,2048/128",
         "IN/OUT[,...]",
         default="128/128",
         parse=parse_io,
+        formerly="bench-io",
     ),
     Option(
-        "bench-rounds",
+        "perf-rounds",
         "fewest timed rounds per configuration (compiled, and eager)",
         "N",
         kind="int",
         default=10,
+        formerly="bench-rounds",
     ),
     Option(
-        "bench-min-seconds",
+        "perf-min-seconds",
         "fewest seconds of timed rounds per configuration: rounds go on until both this and "
-        "--neuron-bench-rounds are reached",
+        "--neuron-perf-rounds are reached",
         "SECONDS",
         kind="float",
         default=2.0,
+        formerly="bench-min-seconds",
     ),
     Option(
-        "bench-max-rounds",
-        "most timed rounds per configuration, whatever --neuron-bench-min-seconds asks",
+        "perf-max-rounds",
+        "most timed rounds per configuration, whatever --neuron-perf-min-seconds asks",
         "N",
         kind="int",
         default=1000,
+        formerly="bench-max-rounds",
     ),
-    Option("bench-warmup", "untimed warm-up rounds after compiling", "N", kind="size", default=2),
     Option(
-        "bench-replicas",
+        "perf-warmup",
+        "untimed warm-up rounds after compiling",
+        "N",
+        kind="size",
+        default=2,
+        formerly="bench-warmup",
+    ),
+    Option(
+        "perf-replicas",
         "data parallel: replicas of a one-core model run at the same time, one per leased core",
         "N",
         kind="int",
         default=1,
+        formerly="bench-replicas",
     ),
     Option(
         "price-per-hour", "hourly price of the machine, for the cost per 1M", "USD", kind="float"
@@ -393,34 +415,42 @@ def add_options(
     ``defaults`` (a command, which has no ini file), to the declared defaults.
     """
     for option in OPTIONS if names is None else [BY_NAME[n] for n in names]:
-        flag = f"{prefix}{option.name}"
+        flags = [f"{prefix}{name}" for name in option.flags]
         help = option.help_text().replace("%", "%%")  # argparse formats help with %
+        dest = f"{'neuron_' if prefix == '--neuron-' else ''}{option.dest}"
         if option.kind == "flag":
-            addoption(flag, action="store_true", default=False, help=help)
+            addoption(*flags, action="store_true", default=False, help=help, dest=dest)
             continue
         default = None
         if defaults:
             default = option.default() if callable(option.default) else option.default
         if option.kind == "paths":
-            addoption(flag, nargs="+", metavar=option.metavar, default=default, help=help)
+            addoption(*flags, nargs="+", metavar=option.metavar, default=default, help=help)
         else:
             addoption(
-                flag,
+                *flags,
                 metavar=option.metavar,
                 default=default,
                 choices=option.choices,
                 help=help,
-                dest=f"{'neuron_' if prefix == '--neuron-' else ''}{option.dest}",
+                dest=dest,
             )
 
 
 def add_ini(parser: pytest.Parser) -> None:
-    """The ini key of every valued option."""
+    """The ini key of every valued option (and its former key, read where it is the only one
+    given: :func:`ini_keys`)."""
     for option in OPTIONS:
         if option.kind == "paths":
             parser.addini(f"neuron_{option.dest}", option.help_text("; one per line"), type="paths")
         elif option.kind != "flag":
-            parser.addini(f"neuron_{option.dest}", option.help_text(), default=None)
+            for key in ini_keys(option):
+                parser.addini(key, option.help_text(), default=None)
+
+
+def ini_keys(option: Option) -> list[str]:
+    """An option's ini keys, its own first: ``neuron_<name>``, then its former name's."""
+    return [f"neuron_{name.replace('-', '_')}" for name in option.flags]
 
 
 #: The page ``reference_markdown`` writes, and the command that writes it.
@@ -476,6 +506,8 @@ def reference_markdown() -> str:
             meaning += " (in the ini key, one per line)"
         if option.choices:
             meaning += f"; one of {', '.join(_code(choice) for choice in option.choices)}"
+        if option.formerly is not None:
+            meaning += f" (formerly {_code('--neuron-' + option.formerly)}, still taken)"
         lines.append(f"| {flag} | {ini} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"
 

@@ -16,7 +16,7 @@ from pytest_neuronsupport import devices
 from pytest_neuronsupport.dataset.layout import is_hub, is_shared
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
-from pytest_neuronsupport.options import BY_NAME, OPTIONS, declared, parsed_value
+from pytest_neuronsupport.options import BY_NAME, OPTIONS, declared, ini_keys, parsed_value
 from pytest_neuronsupport.shards import Shard, ShardError, from_environment
 from pytest_neuronsupport.shards import parse as parse_shard
 
@@ -75,16 +75,16 @@ class Settings:
     train: bool = declared("train")
     #: The training batch search's cap.
     train_max_batch: int = declared("train-max-batch")
-    #: Benchmark each model after its support run (``--neuron-bench``), and how.
-    bench: bool = declared("bench")
-    bench_batch: tuple[int, ...] = declared("bench-batch")
-    bench_seq_len: tuple[int, ...] = declared("bench-seq-len")
-    bench_io: tuple[tuple[int, int], ...] = declared("bench-io")
-    bench_rounds: int = declared("bench-rounds")
-    bench_min_seconds: float = declared("bench-min-seconds")
-    bench_max_rounds: int = declared("bench-max-rounds")
-    bench_warmup: int = declared("bench-warmup")
-    bench_replicas: int = declared("bench-replicas")
+    #: Benchmark each model after its support run (``--neuron-perf``), and how.
+    perf: bool = declared("perf")
+    perf_batch: tuple[int, ...] = declared("perf-batch")
+    perf_seq_len: tuple[int, ...] = declared("perf-seq-len")
+    perf_io: tuple[tuple[int, int], ...] = declared("perf-io")
+    perf_rounds: int = declared("perf-rounds")
+    perf_min_seconds: float = declared("perf-min-seconds")
+    perf_max_rounds: int = declared("perf-max-rounds")
+    perf_warmup: int = declared("perf-warmup")
+    perf_replicas: int = declared("perf-replicas")
     #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
     price_per_hour: float | None = declared("price-per-hour")
     instance: str | None = declared("instance")
@@ -115,11 +115,12 @@ class _Values:
     def given(self, name: str) -> tuple[Any, Path]:
         """The option's flag, else its ini key (None: neither is given), and the folder a path
         in it is relative to."""
-        dest = f"neuron_{BY_NAME[name].dest}"
-        flag = self.config.getoption(dest)
+        option = BY_NAME[name]
+        flag = self.config.getoption(f"neuron_{option.dest}")
         if flag is not None:
             return flag, self.config.invocation_params.dir
-        ini = self.config.getini(dest) or None
+        given = (self.config.getini(key) for key in ini_keys(option))
+        ini = next((value for value in given if value), None)  # its own key, else the former
         base = self.config.inipath.parent if self.config.inipath else self.config.rootpath
         return ini, base
 
@@ -213,7 +214,7 @@ def settings_from(config: pytest.Config) -> Settings:
         leases=get("leases"),
         train=get("train"),
         train_max_batch=get("train-max-batch"),
-        **bench_settings(values),
+        **perf_settings(values),
     )
 
 
@@ -223,7 +224,7 @@ def shared_copy(cache: Path, uri: str) -> Path:
     return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
-def bench_settings(values: _Values) -> dict[str, Any]:
-    """The benchmark's settings (``--neuron-bench*``, the price)."""
-    names = [*(o.name for o in OPTIONS if o.name.startswith("bench")), "price-per-hour", "instance"]
+def perf_settings(values: _Values) -> dict[str, Any]:
+    """The benchmark's settings (``--neuron-perf*``, the price)."""
+    names = [*(o.name for o in OPTIONS if o.name.startswith("perf")), "price-per-hour", "instance"]
     return {BY_NAME[name].dest: values.get(name) for name in names}

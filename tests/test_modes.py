@@ -191,10 +191,10 @@ def test_a_row_that_does_not_fit_its_table_keeps_what_names_the_model(
     ("entry", "flags", "expected"),
     [
         ({}, {}, ["support"]),
-        ({}, {"bench": True}, ["support", "perf"]),
+        ({}, {"perf": True}, ["support", "perf"]),
         ({}, {"train": True}, ["train"]),
         ({"mode": "train"}, {}, ["train"]),
-        ({"mode": "train"}, {"bench": True}, ["train"]),
+        ({"mode": "train"}, {"perf": True}, ["train"]),
     ],
 )
 def test_which_modes_test_an_entry(
@@ -210,7 +210,7 @@ def test_a_benchmark_follows_only_a_support_run_that_ran_the_model(
 ) -> None:
     from pytest_neuronsupport.modes.perf import Perf
 
-    sweep, bench = a_sweep(tmp_path, zoo_cache, bench=True), Perf()
+    sweep, bench = a_sweep(tmp_path, zoo_cache, perf=True), Perf()
 
     def support(result: str) -> dict[str, ModeOutcome]:
         row = {"model_id": "zoo:bert", "result": result}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import cli, options
-from pytest_neuronsupport.modellist import default_lists
+from pytest_neuronsupport.modellist import default_lists, parse
 from pytest_neuronsupport.options import BY_NAME, OPTIONS
 from pytest_neuronsupport.settings import SETTING_OF, Settings, settings_from
 
@@ -226,8 +226,8 @@ def test_pytests_help_shows_the_generated_defaults(
         ("max-cores", "4", "2", (4, 2, 16)),
         ("prefill-chunk", "0", "8", (None, 8, 32)),
         ("isolation", "fresh", "fork", ("fresh", "fork", "fork")),
-        ("bench-io", "64/64", "32/8,16/4", (((64, 64),), ((32, 8), (16, 4)), ((128, 128),))),
-        ("bench-warmup", "0", "5", (0, 5, 2)),
+        ("perf-io", "64/64", "32/8,16/4", (((64, 64),), ((32, 8), (16, 4)), ((128, 128),))),
+        ("perf-warmup", "0", "5", (0, 5, 2)),
         ("judge", "none", "zoo:llama", (None, "zoo:llama", options.DEFAULT_JUDGE)),
         ("limit", "3", "1", (3, 1, None)),
     ],
@@ -269,7 +269,7 @@ def test_paths_are_relative_to_the_invocation_folder_or_the_ini_files(
     [
         (["--neuron-timeout", "soon"], "--neuron-timeout 'soon' is not a number"),
         (["--neuron-max-cores", "0"], "--neuron-max-cores must be positive, not 0"),
-        (["--neuron-bench-batch", "1,x"], "'1,x': expected positive integers like 1,16"),
+        (["--neuron-perf-batch", "1,x"], "'1,x': expected positive integers like 1,16"),
     ],
 )
 def test_a_bad_value_is_a_usage_error(
@@ -285,3 +285,23 @@ def test_a_bad_ini_choice_is_a_usage_error(
     pytester.makeini("[pytest]\nneuron_isolation = thread\n")
     with pytest.raises(pytest.UsageError, match="neuron_isolation = 'thread': choose from fork"):
         settings_from(pytester.parseconfig())
+
+
+def test_the_former_bench_spellings_are_still_taken(
+    pytester: pytest.Pytester, plain_environment: None, tmp_path: Path
+) -> None:
+    """The performance mode's options were ``--neuron-bench*``: scripts and ini files that
+    say so keep working (the new key wins where both are given); so do a list's
+    ``bench_*`` keys."""
+    assert settings_from(pytester.parseconfig("--neuron-bench")).perf is True
+    former = settings_from(pytester.parseconfig("--neuron-bench-rounds", "3"))
+    assert former.perf_rounds == 3
+    pytester.makeini("[pytest]\nneuron_bench_rounds = 4\nneuron_bench_io = 64/8\n")
+    from_ini = settings_from(pytester.parseconfig())
+    assert (from_ini.perf_rounds, from_ini.perf_io) == (4, ((64, 8),))
+    pytester.makeini("[pytest]\nneuron_bench_rounds = 4\nneuron_perf_rounds = 5\n")
+    assert settings_from(pytester.parseconfig()).perf_rounds == 5
+    listed = tmp_path / "list.toml"
+    listed.write_text('[[model]]\nid = "zoo:llama"\nbench_batch = [1, 8]\n', encoding="utf-8")
+    (spec,) = parse(listed)
+    assert spec.perf_batch == (1, 8)

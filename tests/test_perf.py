@@ -1,4 +1,4 @@
-"""Performance rows (``--neuron-bench``): the figures' definitions and relations, cost, roofline,
+"""Performance rows (``--neuron-perf``): the figures' definitions and relations, cost, roofline,
 the PERF table's journal and merge, the report, and a real bench sweep."""
 
 from __future__ import annotations
@@ -151,13 +151,13 @@ def test_configurations_and_their_keys(tmp_path: Path) -> None:
     assert gen.key == "b1-i128-o64-dp2" and gen.columns()["seq_len"] == 192
     listed = tmp_path / "models.toml"
     listed.write_text(
-        '[[model]]\nid = "zoo:llama"\nbench_batch = [1, 4]\nbench_io = ["32/8"]\n',
+        '[[model]]\nid = "zoo:llama"\nperf_batch = [1, 4]\nperf_io = ["32/8"]\n',
         encoding="utf-8",
     )
     (spec,) = parse(listed)
-    assert spec.bench_batch == (1, 4) and spec.bench_io == ((32, 8),)
-    listed.write_text('[[model]]\nid = "zoo:llama"\nbench_io = ["32"]\n', encoding="utf-8")
-    with pytest.raises(ModelListError, match=r"bench_io|INPUT/OUTPUT"):
+    assert spec.perf_batch == (1, 4) and spec.perf_io == ((32, 8),)
+    listed.write_text('[[model]]\nid = "zoo:llama"\nperf_io = ["32"]\n', encoding="utf-8")
+    with pytest.raises(ModelListError, match=r"perf_io|INPUT/OUTPUT"):
         parse(listed)
 
 
@@ -281,14 +281,14 @@ def test_bench_sweep_gives_rows_whose_figures_hold_and_failure_rows(sweep: Sweep
         "zoo:bert-mlm",
         backend="backends_for_tests:raising_on_batches_in_benchmark_backend_for_tests",
         args=[
-            "--neuron-bench",
-            "--neuron-bench-batch=1,2",
-            "--neuron-bench-io=8/4",
-            "--neuron-bench-seq-len=16",
-            "--neuron-bench-rounds=3",
-            "--neuron-bench-min-seconds=0.001",
-            "--neuron-bench-max-rounds=5",
-            "--neuron-bench-warmup=1",
+            "--neuron-perf",
+            "--neuron-perf-batch=1,2",
+            "--neuron-perf-io=8/4",
+            "--neuron-perf-seq-len=16",
+            "--neuron-perf-rounds=3",
+            "--neuron-perf-min-seconds=0.001",
+            "--neuron-perf-max-rounds=5",
+            "--neuron-perf-warmup=1",
             "--neuron-instance=trn1.2xlarge",
         ],
     )

@@ -261,9 +261,9 @@ def test_a_benchmark_on_a_trn2_instance_is_held_to_its_documented_peaks(
     from pytest_neuronsupport.dataset.files import read_dataset
     from pytest_neuronsupport.dataset.perf import PERF
 
-    bench = ["--neuron-bench", "--neuron-bench-batch=1", "--neuron-bench-seq-len=16"]
-    bench += ["--neuron-bench-rounds=3", "--neuron-bench-min-seconds=0.001"]
-    bench += ["--neuron-bench-max-rounds=3", "--neuron-bench-warmup=1"]
+    bench = ["--neuron-perf", "--neuron-perf-batch=1", "--neuron-perf-seq-len=16"]
+    bench += ["--neuron-perf-rounds=3", "--neuron-perf-min-seconds=0.001"]
+    bench += ["--neuron-perf-max-rounds=3", "--neuron-perf-warmup=1"]
     args = ["--neuron-device", "neuron", "--neuron-instance", "trn2.48xlarge", *bench]
     done = sweep.run("zoo:bert-mlm", backend="neuron", args=args, env=standin_env(tmp_path / "s"))
     assert done.row("zoo:bert-mlm")["result"] == "PASS", done.result.stdout.str()

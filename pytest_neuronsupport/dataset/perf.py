@@ -150,8 +150,8 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
     "notes": "One line on what happened.",
     "error": "The error that decided a failure, with its traceback; null on PASS.",
     "rounds": (
-        "Timed rounds per replica (compiled): at least `--neuron-bench-rounds` and "
-        "`--neuron-bench-min-seconds` of them, at most `--neuron-bench-max-rounds`."
+        "Timed rounds per replica (compiled): at least `--neuron-perf-rounds` and "
+        "`--neuron-perf-min-seconds` of them, at most `--neuron-perf-max-rounds`."
     ),
     "warmup_rounds": "Untimed rounds after the first (compiling) one.",
     "compile_s": "Seconds of the first round, compilation included (not in the timed rounds).",

@@ -2,7 +2,7 @@
 
 A mode is one kind of test of a model and the table its rows go to: support (:mod:`.support`:
 does it load, compile and generate or run, and match the CPU), performance (:mod:`.bench`,
-``--neuron-bench``), training (:mod:`.training`, ``--neuron-train``), or a user's own, added
+``--neuron-perf``), training (:mod:`.training`, ``--neuron-train``), or a user's own, added
 through the ``pytest_neuronsupport_modes`` hook. What a mode implements, and the one loop that
 drives them all, are in :mod:`.mode`; this package's face names them.
 """

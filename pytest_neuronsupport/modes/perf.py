@@ -1,4 +1,4 @@
-"""The performance mode (``--neuron-bench``): after a model's support run, one performance row
+"""The performance mode (``--neuron-perf``): after a model's support run, one performance row
 per configuration (:data:`~pytest_neuronsupport.dataset.perf.PERF`).
 
 It renders one standalone ``perf.py`` per
@@ -108,17 +108,17 @@ class Configuration:
 def configurations(kind: str, spec: ModelSpec, s: Any, replicas: int) -> list[Configuration]:
     """The list entry's configurations, else the options': every batch with every sequence
     length (encoders) or input/output lengths (generation)."""
-    batches = spec.bench_batch or s.bench_batch
+    batches = spec.perf_batch or s.perf_batch
     if kind == "encoder":
         return [
             Configuration(kind, b, seq_len=n, replicas=replicas)
             for b in batches
-            for n in spec.bench_seq_len or s.bench_seq_len
+            for n in spec.perf_seq_len or s.perf_seq_len
         ]
     return [
         Configuration(kind, b, input_len=i, output_len=o, replicas=replicas)
         for b in batches
-        for i, o in spec.bench_io or s.bench_io
+        for i, o in spec.perf_io or s.perf_io
     ]
 
 
@@ -141,7 +141,7 @@ class BenchParams(RunParams):
 
 
 class Perf:
-    """The performance mode (``--neuron-bench``): after a model's support run that ran it, one
+    """The performance mode (``--neuron-perf``): after a model's support run that ran it, one
     row per configuration."""
 
     name = "perf"
@@ -151,7 +151,7 @@ class Perf:
     hooked = False
 
     def wanted(self, spec: ModelSpec, settings: Settings) -> bool:
-        return settings.bench and not trains(spec, settings)
+        return settings.perf and not trains(spec, settings)
 
     def ready(self, sweep: Sweep, spec: ModelSpec, before: Mapping[str, ModeOutcome]) -> bool:
         """Benchmarked when its support run ran it (PASS, or FAIL(output)): the row this sweep
@@ -189,7 +189,7 @@ class Perf:
             fields = {"result": Result.EXCLUDED, "notes": why, "configuration": "-"}
             return [{**base, **fields, "runner": runner.column, "neuron_cores": planned.cores}]
         # one replica per leased core; leases are aligned powers of two
-        replicas = 1 << (max(1, min(s.bench_replicas, s.device.core_count())).bit_length() - 1)
+        replicas = 1 << (max(1, min(s.perf_replicas, s.device.core_count())).bit_length() - 1)
         configs = configurations(kind, planned.spec, s, replicas)
         return Script("", sweep.run_dir(planned.spec.id), state=configs)
 
@@ -210,10 +210,10 @@ class Perf:
             seq_len=config.seq_len,
             input_len=config.input_len,
             output_len=config.output_len,
-            rounds=s.bench_rounds,
-            min_seconds=s.bench_min_seconds,
-            max_rounds=s.bench_max_rounds,
-            warmup=s.bench_warmup,
+            rounds=s.perf_rounds,
+            min_seconds=s.perf_min_seconds,
+            max_rounds=s.perf_max_rounds,
+            warmup=s.perf_warmup,
             replicas=config.replicas,
             peaks=peaks(s),
         )
@@ -234,8 +234,8 @@ class Perf:
             **config.columns(),
             "runner": runner.column,
             "neuron_cores": planned.cores,
-            "rounds": s.bench_rounds,
-            "warmup_rounds": s.bench_warmup,
+            "rounds": s.perf_rounds,
+            "warmup_rounds": s.perf_warmup,
             "run_py": text,
             "run_py_sha256": sha256(text),
         }
