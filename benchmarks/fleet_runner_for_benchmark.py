@@ -7,8 +7,9 @@ run replays them where a real run spends them today: the weights downloaded insi
 (``hf_hub_download``, as ``from_pretrained`` does; the Hub's answer is what takes the
 download's time), then the compile and the device's run (sleeps), then the CPU reference
 through the run-side library's cache (``cached_reference``: computed once, kept in the file
-the plugin names). Each phase is appended to the events file ``fleet.py`` reads
-(``$FLEET_EVENTS_FOR_BENCHMARK``): when it began and ended, the cores the run has, the host
+the plugin names); in the plugin's reference-only pass before the lease
+(``reference_pass``), the reference alone, as the real runners do. Each phase is appended to
+the events file ``fleet.py`` reads (``$FLEET_EVENTS_FOR_BENCHMARK``): when it began and ended, the cores the run has, the host
 memory it holds. Built on the real run side (phases, verdict, reference file), so a change of
 where the plugin runs a phase (prefetch, a reference off the lease) moves this one too.
 """
@@ -27,7 +28,11 @@ from typing import Any
 from huggingface_hub import hf_hub_download
 
 from pytest_neuronsupport.runners.lib.protocol import Result, phase
-from pytest_neuronsupport.runners.lib.reference import cached_reference
+from pytest_neuronsupport.runners.lib.reference import (
+    cached_reference,
+    reference_only,
+    reference_pass,
+)
 
 #: The folder of the events files and of the warm-up barrier (set by ``fleet.py``).
 EVENTS_ENV = "FLEET_EVENTS_FOR_BENCHMARK"
@@ -44,12 +49,15 @@ WEIGHTS = "model.safetensors"
 def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
     """One model's phases, replayed (see the module's docstring)."""
     plan = fleet_plan(params)
-    if plan["kind"] == "warmup":
-        return warm_up(plan)
+    if plan["kind"] == "warmup":  # in its reference's pass, nothing to do
+        skipped = {"result": Result.PASS, "reference_only": True}
+        return skipped if reference_only() else warm_up(plan)
     phase("load")
     with held(params, "download", 0):  # the files stream to disk
         if not os.path.isdir(params["checkpoint"]):
             hf_hub_download(params["checkpoint"], WEIGHTS, revision=params.get("revision"))
+    if reference_only():  # the plugin's pass before the lease: the CPU reference alone
+        return reference_pass(params, lambda: reference(params, plan))
     phase("forward")
     with held(params, "compile", plan["run_host_bytes"]):
         time.sleep(plan["compile_s"] / plan["scale"])
