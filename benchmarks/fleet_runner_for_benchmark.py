@@ -2,14 +2,14 @@
 
 Each checkpoint of the fleet's Hub (served by ``fleet.py``) carries, in its ``config.json``
 under ``fleet_for_benchmark``, the phase durations of the fleet's stated model (seconds on a
-trn2.48xlarge), the factor they are scaled down by, and the host memory each phase holds. A
-run replays them where a real run spends them today: the weights downloaded inside the run
-(``hf_hub_download``, as ``from_pretrained`` does; the Hub's answer is what takes the
-download's time), then the compile and the device's run (sleeps), then the CPU reference
-through the run-side library's cache (``cached_reference``: computed once, kept in the file
-the plugin names); in the plugin's reference-only pass before the lease
-(``reference_pass``), the reference alone, as the real runners do. Each phase is appended to
-the events file ``fleet.py`` reads (``$FLEET_EVENTS_FOR_BENCHMARK``): when it began and ended, the cores the run has, the host
+trn2.48xlarge), the factor they are scaled down by, and the host memory each phase holds. A run
+replays them where a real run spends them today: the weights downloaded inside the run
+(``hf_hub_download``, as ``from_pretrained`` does; the Hub's answer is what takes the download's
+time), then the compile and the device's run (sleeps), then the CPU reference through the run-
+side library's cache (``cached_reference``: computed once, kept in the file the plugin names);
+in the plugin's reference-only pass before the lease (``reference_pass``), the reference alone,
+as the real runners do. Each phase is appended to the events file ``fleet.py`` reads
+(``$FLEET_EVENTS_FOR_BENCHMARK``): when it began and ended, the cores the run has, the host
 memory it holds. Built on the real run side (phases, verdict, reference file), so a change of
 where the plugin runs a phase (prefetch, a reference off the lease) moves this one too.
 """
