@@ -99,7 +99,7 @@ def _misbehave(how: str) -> None:
             hog[i] = 1
         time.sleep(60)
     elif how == "cpu-run-fails":  # the run goes on; its CPU reference will not load
-        _fail_the_next_causal_lm_load()
+        _fail_the_cpu_reference()
     elif how == "kill-worker":
         # the run's parent is the fork server, whose parent is the xdist worker
         with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as f:
@@ -245,8 +245,32 @@ def cpu_run_fails_backend_for_tests(
     """Runs the graph as it is; but the next causal LM the process loads after this compile
     (the CPU fp32 reference's) raises ``MemoryError``, as when the host cannot hold a model
     that fits the device. The load after it (the English judge's) works."""
-    _fail_the_next_causal_lm_load()
+    _fail_the_cpu_reference()
     return gm.forward
+
+
+def _fail_the_cpu_reference() -> None:
+    """In the device's run, where its reference's own pass did not fail already (the plugin
+    computes it before the lease: :func:`_in_a_reference_pass_the_cpu_run_fails`), or where
+    a reference file kept by another test was there and no pass ran."""
+    if not os.environ.get("NEURONSUPPORT_REFERENCE_FAILED"):
+        _fail_the_next_causal_lm_load()
+
+
+def _in_a_reference_pass_the_cpu_run_fails() -> None:
+    """The plugin computes a run's CPU reference in a pass of its own before the device's run
+    (``$NEURONSUPPORT_REFERENCE_ONLY``), which imports the run's backend but never compiles:
+    where this module's backend makes the CPU run fail for the model, it fails there, at the
+    import (the script's ``PARAMS`` say which backend and model)."""
+    import sys
+
+    if not os.environ.get("NEURONSUPPORT_REFERENCE_ONLY"):
+        return
+    params = getattr(sys.modules["__main__"], "PARAMS", {})
+    plan = os.environ.get("NEURONSUPPORT_TEST_MISBEHAVIOUR", "")
+    backend, model = str(params.get("backend", "")), str(params.get("model_id", ""))
+    if backend.endswith(":cpu_run_fails_backend_for_tests") or f"{model}=cpu-run-fails" in plan:
+        _fail_the_next_causal_lm_load()
 
 
 def _fail_the_next_causal_lm_load() -> None:
@@ -446,3 +470,6 @@ def waits_for_prefetch_backend_for_tests(gm: torch.fx.GraphModule, example_input
     with open(os.environ["NEURONSUPPORT_TEST_SAW"], "a", encoding="utf-8") as saw:
         saw.write("present\n" if glob.glob(pattern) else "absent\n")
     return gm.forward
+
+
+_in_a_reference_pass_the_cpu_run_fails()
