@@ -130,13 +130,13 @@ def test_items_are_put_in_the_order_others_stay_at_the_end() -> None:
 
 
 #: Records, in each xdist worker, the models it starts, in the order it starts them.
+#: Each model's start, in the worker that runs it (the runtest protocol runs only there; the
+#: controller's logstart would see every start, and it inherits an outer xdist worker's id).
 STARTS_CONFTEST = """
-import os
-
-def pytest_runtest_logstart(nodeid, location):
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+def pytest_runtest_protocol(item, nextitem):
+    worker = getattr(item.config, "workerinput", {}).get("workerid", "main")
     with open(f"starts-{worker}.txt", "a", encoding="utf-8") as f:
-        f.write(nodeid.rsplit("::", 1)[-1] + "\\n")
+        f.write(item.nodeid.rsplit("::", 1)[-1] + "\\n")
 """
 
 

@@ -79,11 +79,13 @@ def test_the_tiny_zoo_passes_under_xdist_and_is_recorded(tiny_sweep: Sweep) -> N
         assert row["neuronx_cc"] is None and row["torch_neuronx"] is None
         assert row["run_py"].startswith("#!/usr/bin/env python3")
         assert row["wall_s"] > 0 and row["hbm_peak_gb"] > 0
-        # where the time went: phases that add up to wall_s but for a remainder
+        # where the time went: phases that add up to wall_s but for a remainder (the CPU
+        # reference's, computed before the run in a pass that holds no core, is not in it)
         encoder = row["runner"] == "run_encoder"
         assert (row["forward_s"] is None) is not encoder, model_id
         assert (row["generate_s"] is None) is encoder, model_id
-        parts = sum(row[name] for name in PHASE_COLUMNS if row[name] is not None)
+        leased = [name for name in PHASE_COLUMNS if name != "reference_s"]
+        parts = sum(row[name] for name in leased if row[name] is not None)
         assert row["compile_s"] > 0 and -0.01 <= row["wall_s"] - parts < 0.1 * row["wall_s"] + 0.1
         assert row["graphs_cached"] is None  # aot_eager: no compile cache
         json.loads(row["check"])

@@ -141,8 +141,8 @@ def timed(
     of what it reported (its phase marks, dynamo's compile times and counters:
     :func:`~pytest_neuronsupport.runners.lib.entry.attempt`); graphs the run's runtime counted
     itself (TorchNeuron's metrics) stand over inductor's counters. ``before``: its reference's
-    pass, whose time is the row's ``reference_s`` (the leased run's reference phase only read
-    its file)."""
+    pass, whose time is the row's ``reference_s`` and whose ``reference_cached`` is the row's
+    (the leased run's reference phase only read the file it wrote)."""
     if verdict is None or "phases" not in verdict:
         return verdict
     done = {k: v for k, v in verdict.items() if k not in TIMING_KEYS}
@@ -151,8 +151,9 @@ def timed(
     counted = device.graphs((verdict.get("counters") or {}).get("inductor") or {})
     done.update({k: v for k, v in counted.items() if done.get(k) is None})
     passed = (before.verdict or {}) if before is not None else {}
-    if passed.get("reference_only") and passed.get("phases"):
+    if passed.get("reference_only") and passed.get("phases"):  # the reference was its pass's
         done["reference_s"] = phase_times(passed["phases"], 0.0).get("reference_s")
+        done["reference_cached"] = bool(passed.get("reference_cached"))
     return done
 
 
