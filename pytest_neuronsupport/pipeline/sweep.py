@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +213,7 @@ class Sweep:
 
             def started(pid: int) -> None:
                 self.allocator.add_pid(lease, pid)  # the run holds the lease too
-                if held is not None:
-                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
+                self.holds_memory(held, pid)
 
             return self.executor.run(request, started=started)
 
@@ -233,12 +232,12 @@ class Sweep:
         (script.parent / names[1]).unlink(missing_ok=True)
         with self.host_memory.hold(host_bytes) as held:
             request = self.request(script, environment, names, None, overlay)
+            return self.executor.run(request, started=partial(self.holds_memory, held))
 
-            def started(pid: int) -> None:
-                if held is not None:
-                    self.host_memory.add_pid(held, pid)  # its memory is the hold's use
-
-            return self.executor.run(request, started=started)
+    def holds_memory(self, held: Any, pid: int) -> None:
+        """A run started under a host-memory hold (None: none): its memory is the hold's use."""
+        if held is not None:
+            self.host_memory.add_pid(held, pid)
 
     def request(
         self,
