@@ -10,16 +10,22 @@ the tiny list's sweep, and the compile cache cold then warm in
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from pytest_neuronsupport.dataset.layout import run_dirname
 from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, PHASE_COLUMNS
 from pytest_neuronsupport.devices import DEVICES
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.modelrun import timed, told
-from pytest_neuronsupport.runners.lib.protocol import REFERENCE_FAILED_ENV, phase_times
+from pytest_neuronsupport.runners.lib.protocol import (
+    REFERENCE_ENV,
+    REFERENCE_FAILED_ENV,
+    phase_times,
+)
 from pytest_neuronsupport.runners.lib.reference import ReferenceFailed, cached_reference
 from tests.shared_sweeps import SUPPORT
 from tests.sweeping import Sweep
@@ -130,7 +136,8 @@ def test_the_reference_is_computed_before_the_lease_and_the_device_run_only_read
         assert before["reference_only"] is True and "reference_error" not in before, model_id
         assert json.loads(row["check"])["reference_cached"] is False, model_id  # made for it
         leased = json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
-        assert leased["reference_cached"] is True, model_id  # the device's run only read it
+        # the device's run only read it (else its verdict says why not)
+        assert leased["reference_cached"] is True, (model_id, leased.get("reference_miss"))
         spent = phase_times(before["phases"], 0.0)["reference_s"]
         assert row["reference_s"] == spent > 0, model_id
         checked += 1
@@ -154,3 +161,28 @@ def test_a_failed_reference_pass_is_told_to_the_device_run_which_computes_none(
     assert f"{raised.value!r}" == error
     assert told(Outcome(0, False, 1.0, {"reference_only": True}, "")) == {}
     assert told(Outcome(1, False, 1.0, None, "Traceback")) == {}  # a runner that ignored it
+
+
+def test_a_reference_file_not_read_says_why_in_the_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The run that computes a reference its file was named for says why it did not read it:
+    none yet, made for other parameters, or damaged; the file then holds the new one."""
+    path = tmp_path / "reference.pt"
+    monkeypatch.setenv(REFERENCE_ENV, str(path))
+    made = iter(range(10))
+
+    def compute() -> dict[str, Any]:
+        return {"info": {"made": next(made)}}
+
+    ref, cached = cached_reference({"dtype": "float32"}, compute)
+    assert (cached, ref["info"]) == (False, {"made": 0, "reference_miss": "no file yet"})
+    ref, cached = cached_reference({"dtype": "float32"}, compute)
+    assert (cached, ref["info"]) == (True, {"made": 0})  # read as it was kept
+    ref, cached = cached_reference({"dtype": "bfloat16"}, compute)
+    miss = ref["info"]["reference_miss"]
+    assert (cached, miss) == (False, "the file was made for other parameters")
+    path.write_bytes(b"not a torch file")
+    ref, cached = cached_reference({"dtype": "bfloat16"}, compute)
+    assert not cached and ref["info"]["reference_miss"].startswith("the file could not be read: ")
+    assert torch.load(path, weights_only=True)["info"] == {"made": 2}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from contextlib import suppress
 from typing import Any
 
 import torch
@@ -65,14 +64,22 @@ def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tupl
     if os.environ.get(REFERENCE_FAILED_ENV):  # its own pass failed, off the lease
         raise ReferenceFailed(os.environ[REFERENCE_FAILED_ENV])
     path, key = os.environ.get(REFERENCE_ENV), reference_key(params)
-    with suppress(Exception):  # none named, none yet, or a damaged one: computed (and replaced)
-        kept = torch.load(path, weights_only=True)  # type: ignore[arg-type]
-        if kept["key"] == key:  # another run's (a file named by hand): computed afresh
-            return kept, True
+    miss = None  # why a file named for it was not read (its verdict says so: ``reference_miss``)
+    if path:
+        try:
+            kept = torch.load(path, weights_only=True)
+            if kept["key"] == key:
+                return kept, True
+            miss = "the file was made for other parameters"  # a file named by hand
+        except FileNotFoundError:
+            miss = "no file yet"
+        except Exception as exc:  # a damaged one: computed, and replaced
+            miss = f"the file could not be read: {exc!r}"[:300]
     value, part = {**compute(), "key": key}, f"{path}.{os.getpid()}.tmp"
     if path:
         torch.save(value, part)
         os.replace(part, path)
+        value["info"] = {**value.get("info", {}), "reference_miss": miss}
     return value, False
 
 
