@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,8 @@ from typing import IO, Any
 
 import pyarrow.parquet as pq
 import pytest
+
+from pytest_neuronsupport.dataset.layout import run_dirname
 
 HERE = Path(__file__).parent
 #: What tests set (monkeypatch) for their own sweeps: never passed on to a shared folder's.
@@ -50,6 +53,15 @@ class Sweep:
 
     def row(self, model_id: str) -> dict[str, Any]:
         return self.rows[model_id]
+
+    def lease_files(self, model_id: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The model's CPU reference pass's verdict (``run-reference.json``, None where it had
+        none) and its leased run's (``verdict.json``), as its run folder holds them."""
+        assert self.runner is not None
+        folder = next(self.runner.results.glob(f"runs/*/*/{run_dirname(model_id)}"))
+        before = folder / "run-reference.json"
+        read = json.loads(before.read_text(encoding="utf-8")) if before.is_file() else None
+        return read, json.loads((folder / "verdict.json").read_text(encoding="utf-8"))
 
     def outcome(self, model_id: str) -> str:
         """The model's test outcome as junit says it: passed, failed, skipped or error (an
@@ -136,7 +148,8 @@ class SweepRunner:
     the time the sweep starts (a test's ``monkeypatch`` changes count). ``own_cache`` false:
     the sweeps use ``cache`` itself (CPU references), not a cache of the folder's.
     ``own_leases``: the folder leases its cores alone (a sweep whose runs hang, in the
-    background, holding a core for minutes), not in the test session's one leases folder.
+    background, holding a core for minutes), not in the test session's one leases folder; and
+    keeps its CPU references apart (its misbehaving runs touch no file another sweep reads).
     ``set_up`` false: the folder is set up already (by another process of the test run, whose
     sweep this one reads).
     """
@@ -170,8 +183,10 @@ class SweepRunner:
             self.cache.mkdir()
             (self.cache / "zoo").symlink_to(cache / "zoo", target_is_directory=True)
             # CPU references too: each is named by all it depends on (pipeline/reference.py)
-            (cache / "references").mkdir(exist_ok=True)
-            (self.cache / "references").symlink_to(cache / "references", target_is_directory=True)
+            if not own_leases:
+                (cache / "references").mkdir(exist_ok=True)
+                shared = cache / "references"
+                (self.cache / "references").symlink_to(shared, target_is_directory=True)
         # an ini file makes the folder the rootdir, and sets the cache through its key
         (path / "tox.ini").write_text(
             f"[pytest]\nneuron_cache = {self.cache}\nneuron_leases = {leases}\n",

