@@ -18,6 +18,7 @@ from pytest_neuronsupport.pipeline.isolate import (
     ForkServerExecutor,
     Outcome,
     RunRequest,
+    SubprocessExecutor,
 )
 
 PHASE = "[neuronsupport] phase:"
@@ -203,6 +204,19 @@ def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
         print(torch.cuda.is_initialized())
     """
     assert run(body).log_tail.split() == ["True", "True", "False", "False"]
+
+
+def test_ready_returns_once_the_fork_server_has_imported_torch() -> None:
+    """Before a lease the sweep waits for its executor (``ready``): the fork server is then up
+    with torch loaded, so a run's cores never wait for its start; a fresh interpreter has
+    nothing to start."""
+    from multiprocessing import forkserver
+
+    SubprocessExecutor().ready()
+    ForkServerExecutor().ready()
+    pid = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    assert pid is not None
+    assert "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def test_the_isolation_option_offers_every_isolation() -> None:

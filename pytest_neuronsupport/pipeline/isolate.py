@@ -126,6 +126,11 @@ class Executor(Protocol):
         """Run ``request`` and wait for it; ``started(pid)`` is called once the run exists."""
         ...
 
+    def ready(self) -> None:
+        """Return once a run would start at once (a fork server that has imported what it
+        preloads): called before a lease, so that no core waits for the executor's start."""
+        ...
+
 
 def tail(path: Path, chars: int = TAIL_CHARS) -> str:
     try:
@@ -224,6 +229,9 @@ def _stop(pid: int, finished: Callable[[float], bool]) -> None:
 class SubprocessExecutor:
     """``python3 run.py`` in a fresh interpreter."""
 
+    def ready(self) -> None:
+        """Nothing to start: each run is a new interpreter."""
+
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
         request.verdict_path.unlink(missing_ok=True)
         cpus = list(request.cpus) if request.cpus is not None else None
@@ -292,6 +300,11 @@ def _forked_run(
     os._exit(code)
 
 
+def _warm_up() -> None:
+    """A process forked from the fork server that does nothing: its start proves the server
+    ready (:meth:`ForkServerExecutor.ready`)."""
+
+
 def _let_go_of_the_server() -> None:
     """Close this process's copy of the fork server's "alive" pipe.
 
@@ -352,6 +365,17 @@ class ForkServerExecutor:
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         self.preload = tuple(preload)
         self.context.set_forkserver_preload(list(preload))
+        self._ready = False
+
+    def ready(self) -> None:
+        """The server started (on first use) and its imports done: a no-op process forked from
+        it and waited for, once (its start is seconds of imports, never inside a lease)."""
+        if not self._ready:
+            proc = self.context.Process(target=_warm_up, name="neuronsupport-warm-up")
+            proc.start()
+            proc.join()
+            proc.close()
+            self._ready = True
 
     def run(self, request: RunRequest, started: Callable[[int], None] | None = None) -> Outcome:
         if request.python_path:  # the server's transformers would not see the packages

@@ -201,6 +201,7 @@ class Sweep:
         :func:`~pytest_neuronsupport.pipeline.modelrun.run_script` calls it."""
         s = self.settings
         environment = self.environment(defaults, env or {})
+        self.executor.ready()  # a fork server's start (seconds of imports) holds no core
         waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
         self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
         with self.host_memory.hold(host_bytes) as held, self.allocator.lease(cores) as lease:
