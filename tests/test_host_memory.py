@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,24 @@ def test_the_estimate_is_the_weights_copies_with_its_margin() -> None:
     # an fp32 run that computes its fp32 reference too: 1.25 x 1e9 x (4 + 4) + 1 GiB
     assert host_bytes(bf16, "float32", "fp32") == int(1.25 * 8e9) + GIB
     assert host_bytes(None, "bfloat16") is None  # size unknown: not gated
+
+
+def test_a_reference_is_estimated_in_the_dtypes_its_script_was_rendered_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a reference holds float64 is decided once, when its script is rendered; the
+    gate's estimate follows it, whatever the host's memory says when the pass waits (other
+    runs holding it then made the estimate fp32's while the script computed fp64)."""
+    from pytest_neuronsupport.pipeline import sizing
+    from pytest_neuronsupport.pipeline.modelrun import ScriptRun, reference_dtype
+
+    run = ScriptRun("", tmp_path / "run.py", 1, reference=tmp_path / "ref.pt")
+    monkeypatch.setattr(sizing, "available_memory_bytes", lambda: 0)  # a busy host, now
+    assert reference_dtype(run) == "fp64"
+    assert reference_dtype(replace(run, reference_fp64=False)) == "fp32"
+    (tmp_path / "ref.pt").touch()
+    assert reference_dtype(run) is None  # kept already: nothing computed
+    assert reference_dtype(replace(run, reference=None)) is None
 
 
 def test_a_run_waits_until_the_memory_it_needs_is_free(tmp_path: Path) -> None:

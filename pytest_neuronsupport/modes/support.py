@@ -206,4 +206,5 @@ def execute(
             reference = scratch_reference(cache, script)
             reference.unlink(missing_ok=True)
     run = ScriptRun(text, script, planned.cores, code.packages, reference, timeout_s)
-    return run_script(sweep, replace(run, weight_bytes=planned.weight_bytes))
+    fp64 = params.fp64_reference is not False  # as rendered: its pass's host memory
+    return run_script(sweep, replace(run, weight_bytes=planned.weight_bytes, reference_fp64=fp64))

@@ -37,7 +37,6 @@ from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.leases import host_bytes
-from pytest_neuronsupport.pipeline.sizing import host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
 from pytest_neuronsupport.runners.lib.protocol import (
     REFERENCE_ENV,
@@ -73,6 +72,9 @@ class ScriptRun:
     #: The checkpoint's bf16 bytes (None: unknown): the host memory its run and its
     #: reference's pass hold (:func:`~pytest_neuronsupport.pipeline.leases.host_bytes`).
     weight_bytes: int | None = None
+    #: Whether its CPU reference, where the run computes it, holds float64 beside fp32 (as its
+    #: script was rendered): the host memory that computation holds.
+    reference_fp64: bool = True
 
     @property
     def names(self) -> tuple[str, str]:
@@ -118,11 +120,12 @@ def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcom
 
 
 def reference_dtype(run: ScriptRun) -> str | None:
-    """The dtypes of the CPU reference a run computes (None: none): fp64 beside fp32 where the
-    host holds it, as the run's script is told."""
+    """The dtypes of the CPU reference a run computes (None: none): fp64 beside fp32 where its
+    script says so (decided once, when it was rendered: the host's memory, read again now,
+    may say otherwise while other runs hold it)."""
     if run.reference is None or run.reference.is_file():
         return None
-    return "fp64" if host_holds_fp64(run.weight_bytes) else "fp32"
+    return "fp64" if run.reference_fp64 else "fp32"
 
 
 def told(before: Outcome) -> dict[str, str]:
