@@ -5,6 +5,7 @@ to each gate, so that what is free is known exactly; processes and threads are r
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -167,3 +168,33 @@ def test_a_runs_processes_include_those_below_it() -> None:
         assert {os.getpid(), child.pid} <= with_descendants([os.getpid()])
     finally:
         child.communicate(b"")
+
+
+def test_a_run_waiting_for_host_memory_says_so_until_it_is_free(tmp_path: Path) -> None:
+    """The status says "waiting for N GiB of host memory" (not "waiting for cores") while a
+    run waits at the gate; the run goes in once another hold is released."""
+    from pytest_neuronsupport.dataset import layout
+    from tests.test_modes import a_sweep
+
+    sweep = a_sweep(tmp_path, tmp_path / "cache")
+    sweep.__dict__["host_memory"] = held_gate = gate(tmp_path, available_gib=10)
+    other = held_gate.acquire(8 * GIB)  # another run's, alive (this process)
+    status = layout.phase_file(sweep.settings.results, sweep.sweep_id, "zoo:bert")
+    entered = threading.Event()
+
+    def run() -> None:
+        with sweep.phases.running("zoo:bert"), sweep.memory_held(4 * GIB, "reference"):
+            entered.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    for _ in range(500):  # until the run waits
+        if status.is_file() and "waiting" in status.read_text():
+            break
+        thread.join(0.01)
+    step = json.loads(status.read_text())["step"]
+    assert step == "reference waiting for 4.0 GiB of host memory"
+    assert not entered.is_set()
+    held_gate.release(other)
+    thread.join(30)
+    assert entered.is_set()

@@ -114,7 +114,6 @@ def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcom
     env = {**run.env, REFERENCE_ENV: str(run.reference), REFERENCE_ONLY_ENV: "1"}
     env.update(sweep.settings.device.reference_env(run.cores))
     stem = f"{run.script.stem}-reference"
-    sweep.phases.mark("reference")
     host = host_bytes(run.weight_bytes, None, reference_dtype(run))
     return sweep.run_unleased(run.script, overlay, env, (f"{stem}.json", f"{stem}.log"), host)
 

@@ -10,7 +10,8 @@ what its rows say; this module only provides what every mode shares.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import cached_property, partial
 from pathlib import Path
@@ -24,7 +25,7 @@ from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
-from pytest_neuronsupport.pipeline.leases import CoreAllocator, HostMemoryGate
+from pytest_neuronsupport.pipeline.leases import GIB, CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
@@ -202,21 +203,22 @@ class Sweep:
         s = self.settings
         environment = self.environment(defaults, env or {})
         self.executor.ready()  # a fork server's start (seconds of imports) holds no core
-        waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
-        self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
-        with self.host_memory.hold(host_bytes) as held, self.allocator.lease(cores) as lease:
-            log = script.parent / names[1]
-            log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
-            self.phases.mark(step, log=log)
-            environment.update(s.device.pin_env(lease.cores))
-            request = self.request(script, environment, names, timeout_s, overlay)
-            request = replace(request, cpus=s.device.cpus(lease.cores))
+        with self.memory_held(host_bytes, step) as held:
+            waiting = f"waiting for {cores} core{'s' if cores > 1 else ''}"
+            self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
+            with self.allocator.lease(cores) as lease:
+                log = script.parent / names[1]
+                log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
+                self.phases.mark(step, log=log)
+                environment.update(s.device.pin_env(lease.cores))
+                request = self.request(script, environment, names, timeout_s, overlay)
+                request = replace(request, cpus=s.device.cpus(lease.cores))
 
-            def started(pid: int) -> None:
-                self.allocator.add_pid(lease, pid)  # the run holds the lease too
-                self.holds_memory(held, pid)
+                def started(pid: int) -> None:
+                    self.allocator.add_pid(lease, pid)  # the run holds the lease too
+                    self.holds_memory(held, pid)
 
-            return self.executor.run(request, started=started)
+                return self.executor.run(request, started=started)
 
     def run_unleased(
         self,
@@ -225,15 +227,27 @@ class Sweep:
         env: Mapping[str, str],
         names: tuple[str, str],
         host_bytes: int | None = None,
+        step: str = "reference",
     ) -> Outcome:
         """Run ``script`` isolated on the host, holding no core (a CPU reference's pass): the
         sweep's environment and ``env``, the sweep's timeout; ``host_bytes`` of host memory
-        held (None: not gated)."""
+        held (None: not gated); ``step``: what the status says it runs."""
         environment = self.environment(RUN_ENV, env)
         (script.parent / names[1]).unlink(missing_ok=True)
-        with self.host_memory.hold(host_bytes) as held:
+        with self.memory_held(host_bytes, step) as held:
+            self.phases.mark(step)
             request = self.request(script, environment, names, None, overlay)
             return self.executor.run(request, started=partial(self.holds_memory, held))
+
+    @contextmanager
+    def memory_held(self, host_bytes: int | None, step: str) -> Iterator[Any]:
+        """``host_bytes`` of host memory held (None: not gated), the status saying so while
+        the run waits for it (``step``: what it runs)."""
+        if host_bytes:
+            waiting = f"waiting for {host_bytes / GIB:.1f} GiB of host memory"
+            self.phases.mark(waiting if step == "run" else f"{step} {waiting}")
+        with self.host_memory.hold(host_bytes) as held:
+            yield held
 
     def holds_memory(self, held: Any, pid: int) -> None:
         """A run started under a host-memory hold (None: none): its memory is the hold's use."""
