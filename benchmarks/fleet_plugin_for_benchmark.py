@@ -11,13 +11,13 @@ sizing, the core allocator, isolation, classification, journal) is the plugin's 
   device maps lease index k to the k-th allowed CPU, and this machine has two); the stand-in
   runs sleep, so they share the machine's CPUs unpinned. It replaces the CPU device in the
   plugin's device table (``devices.DEVICES["cpu"]``), in this process only.
-* **The host**: the plugin asks how much memory the host has available when it decides
-  whether a several-core run's CPU reference fits in fp32, and whether fp64 fits
-  (``sizing.available_memory_bytes``): here it answers the simulated host's, 2 TiB
-  (``$FLEET_HOST_BYTES_FOR_BENCHMARK``) less what the stand-in runs' phases in progress hold
-  (the fleet's memory model), not this machine's. The host-memory gate
-  (``leases.HostMemoryGate``) asks the same function, and the simulated host's total memory
-  (``leases.total_memory_bytes``: 2 TiB) and each run's resident memory
+* **The host**: the plugin asks how much memory the host has when it decides whether a
+  several-core run's CPU reference fits in fp32, and whether fp64 fits
+  (``sizing.total_memory_bytes``): here it answers the simulated host's, 2 TiB
+  (``$FLEET_HOST_BYTES_FOR_BENCHMARK``), not this machine's. The host-memory gate
+  (``leases.HostMemoryGate``) asks the same, and how much is available
+  (``sizing.available_memory_bytes``: the simulated host's less what the stand-in runs' phases
+  in progress hold, the fleet's memory model) and each run's resident memory
   (``leases.resident_bytes``: what the stand-in runs' phases hold, by pid).
 * **The runners**: ``standin_decoder`` (shards, like ``dense``) and ``standin_encoder`` (one
   core, like ``encoder`` and ``seq2seq``), both the run code of
@@ -86,7 +86,7 @@ def simulated_resident_bytes(pid: int) -> int:
 
 devices.DEVICES["cpu"] = Trn2ForBenchmark()
 sizing.available_memory_bytes = simulated_available_bytes
-leases.total_memory_bytes = simulated_total_bytes
+sizing.total_memory_bytes = simulated_total_bytes
 leases.resident_bytes = simulated_resident_bytes
 
 

@@ -291,11 +291,11 @@ def test_the_float64_reference_is_cached_and_reused(
 def test_a_float64_reference_runs_where_the_host_holds_the_model_in_fp32_and_fp64() -> None:
     from pytest_neuronsupport.pipeline.sizing import (
         HOST_SHARE,
-        available_memory_bytes,
         host_holds_fp64,
+        total_memory_bytes,
     )
 
-    fits = int(HOST_SHARE * available_memory_bytes() / 6 * 0.9)  # bf16 bytes: x2 fp32, x4 fp64
+    fits = int(HOST_SHARE * total_memory_bytes() / 6 * 0.9)  # bf16 bytes: x2 fp32, x4 fp64
     assert host_holds_fp64(fits) and not host_holds_fp64(fits * 2)
     assert host_holds_fp64(None)
 

@@ -177,18 +177,6 @@ def host_bytes(
     return int(HOST_MARGIN * parameters * per_parameter) + HOST_FIXED_BYTES
 
 
-def meminfo(key: str) -> int | None:
-    """A line of /proc/meminfo in bytes (None: not Linux)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(f"{key}:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def available_bytes() -> int:
     """The host's available memory (:func:`.sizing.available_memory_bytes`, looked up at each
     call: a stand-in host replaces it there)."""
@@ -198,9 +186,11 @@ def available_bytes() -> int:
 
 
 def total_memory_bytes() -> int:
-    """The host's memory: ``MemTotal``, else the physical pages."""
-    total = meminfo("MemTotal")
-    return total if total is not None else os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    """The host's memory (:func:`.sizing.total_memory_bytes`, looked up at each call: a
+    stand-in host replaces it there)."""
+    from pytest_neuronsupport.pipeline import sizing
+
+    return sizing.total_memory_bytes()
 
 
 def resident_bytes(pid: int) -> int:

@@ -128,25 +128,40 @@ def size(planned: Plan, *, max_cores: int, device_cores: int, core_capacity_gb: 
     return replace(planned, exclusion=Exclusion("too-large", why))
 
 
-#: The share of the host's available memory a several-core run's CPU fp32 reference may take
-#: (its weights, twice their bf16 bytes; the rest is for the run itself and the activations).
+#: The share of the host's memory a model's CPU reference may take: a several-core run's fp32
+#: weights (twice their bf16 bytes), or fp32 and fp64 (six times). Judged against the host's
+#: whole memory, not what is free now: the decision is the same at every sweep (the run's
+#: script, and so its "unchanged" skip, does not depend on what else runs), and the
+#: host-memory gate makes the reference wait until what it needs is free.
 HOST_SHARE = 0.5
 
 
 def host_holds_fp32(weight_bytes: int | None) -> bool:
-    """Whether the host's available memory holds a model in fp32, for the CPU reference of a
-    several-core run: its fp32 weights at most :data:`HOST_SHARE` of the available memory.
-    A model of unknown size is tried (a reference that cannot run leaves it to the judge)."""
+    """Whether the host's memory holds a model in fp32, for the CPU reference of a several-core
+    run: its fp32 weights at most :data:`HOST_SHARE` of it. A model of unknown size is tried
+    (a reference that cannot run leaves it to the judge)."""
     if weight_bytes is None:
         return True
-    return 2 * weight_bytes <= HOST_SHARE * available_memory_bytes()
+    return 2 * weight_bytes <= HOST_SHARE * total_memory_bytes()
 
 
 def host_holds_fp64(weight_bytes: int | None) -> bool:
-    """Whether the host's available memory holds a model in float64 beside its fp32 copy (six
-    times its bf16 weights, at most :data:`HOST_SHARE` of it), for the exact CPU reference the
-    output checks measure noise against (a decoder's fp32 reference model is still loaded)."""
-    return weight_bytes is None or 6 * weight_bytes <= HOST_SHARE * available_memory_bytes()
+    """Whether the host's memory holds a model in float64 beside its fp32 copy (six times its
+    bf16 weights, at most :data:`HOST_SHARE` of it), for the exact CPU reference the output
+    checks measure noise against (a decoder's fp32 reference model is still loaded)."""
+    return weight_bytes is None or 6 * weight_bytes <= HOST_SHARE * total_memory_bytes()
+
+
+def total_memory_bytes() -> int:
+    """The host's memory: ``MemTotal`` in /proc/meminfo, else the physical pages."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def available_memory_bytes() -> int:
