@@ -154,23 +154,21 @@ def host_holds_fp64(weight_bytes: int | None) -> bool:
 
 def total_memory_bytes() -> int:
     """The host's memory: ``MemTotal`` in /proc/meminfo, else the physical pages."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return meminfo_bytes("MemTotal", "SC_PHYS_PAGES")
 
 
 def available_memory_bytes() -> int:
     """The host's available memory: ``MemAvailable`` in /proc/meminfo, else the free pages."""
+    return meminfo_bytes("MemAvailable", "SC_AVPHYS_PAGES")
+
+
+def meminfo_bytes(key: str, pages: str) -> int:
+    """A line of /proc/meminfo in bytes, else ``sysconf(pages)`` pages (not Linux)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf(pages) * os.sysconf("SC_PAGE_SIZE")
