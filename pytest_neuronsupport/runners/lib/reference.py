@@ -64,19 +64,17 @@ def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tupl
     if os.environ.get(REFERENCE_FAILED_ENV):  # its own pass failed, off the lease
         raise ReferenceFailed(os.environ[REFERENCE_FAILED_ENV])
     path, key = os.environ.get(REFERENCE_ENV), reference_key(params)
-    miss = None  # why a file named for it was not read (its verdict says so: ``reference_miss``)
-    if path:
-        try:
-            kept = torch.load(path, weights_only=True)
-            if kept["key"] == key:
-                return kept, True
-            miss = "the file was made for other parameters"  # a file named by hand
-        except FileNotFoundError:
-            miss = "no file yet"
-        except Exception as exc:  # a damaged one: computed, and replaced
-            miss = f"the file could not be read: {exc!r}"[:300]
+    try:  # none named, none yet, another run's (a file named by hand), damaged: computed
+        kept = torch.load(path, weights_only=True)  # type: ignore[arg-type]
+        if kept["key"] == key:
+            return kept, True
+        miss = "the file was made for other parameters"
+    except FileNotFoundError:
+        miss = "no file yet"
+    except Exception as exc:
+        miss = f"the file could not be read: {exc!r}"[:300]
     value, part = {**compute(), "key": key}, f"{path}.{os.getpid()}.tmp"
-    if path:
+    if path:  # kept (replacing what was there), and its verdict says why it was computed
         torch.save(value, part)
         os.replace(part, path)
         value["info"] = {**value.get("info", {}), "reference_miss": miss}
