@@ -109,10 +109,18 @@ class Device:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
 
-    def reference_env(self, cores: int) -> dict[str, str]:
+    def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
         """Environment of a CPU reference's pass for a run of ``cores`` cores: it holds none of
-        the device's (an accelerator's runtime is not started: the pass never touches it)."""
-        return {}
+        the device's (an accelerator's runtime is not started: the pass never touches it), and
+        its share of the host's CPUs beside the sweep's other ``workers``
+        (:func:`host_threads`)."""
+        return host_threads(workers)
+
+    def lease_env(self, cores: Sequence[int], workers: int = 1) -> dict[str, str]:
+        """Environment of a run leased ``cores``: restricted to them (:meth:`pin_env`), each of
+        its processes (a rank a core) with its share of the host's CPUs (:func:`host_threads`)
+        for what it computes there (tokenizing, the operators that fall back to the CPU)."""
+        return {**host_threads(workers, len(cores)), **self.pin_env(cores)}
 
     def graphs(self, inductor: Mapping[str, Any]) -> dict[str, int | None]:
         """A run's ``graphs_cached`` and ``graphs_compiled``: the hits of inductor's FX graph
@@ -227,9 +235,9 @@ class CudaDevice(Device):
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": ",".join(str(c) for c in sorted(cores))}
 
-    def reference_env(self, cores: int) -> dict[str, str]:
-        """No GPU is visible to a CPU reference's pass."""
-        return {"CUDA_VISIBLE_DEVICES": ""}
+    def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
+        """No GPU is visible to a CPU reference's pass; its share of the host's CPUs."""
+        return {**host_threads(workers), "CUDA_VISIBLE_DEVICES": ""}
 
     def core_capacity_gb(self) -> float:
         import torch
@@ -256,10 +264,14 @@ class CpuDevice(Device):
         n = str(len(cores))
         return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
-    def reference_env(self, cores: int) -> dict[str, str]:
+    def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
         """The CPU is the device here: a reference's pass uses as many threads as its run's
         cores, as the run itself would (unpinned: it holds no lease)."""
         return self.pin_env(range(cores))
+
+    def lease_env(self, cores: Sequence[int], workers: int = 1) -> dict[str, str]:
+        """The CPU is the device here: a run's threads are its leased cores."""
+        return self.pin_env(cores)
 
     def core_capacity_gb(self) -> float:
         """The machine's memory shared evenly among its cores."""
@@ -270,6 +282,23 @@ class CpuDevice(Device):
         """Lease indices → this process's allowed CPU ids (the lease's k-th core is the k-th)."""
         allowed = sorted(os.sched_getaffinity(0))
         return [allowed[c] for c in cores]
+
+
+#: The environment variables that size a process's compute threads (torch's intra-op pool,
+#: OpenMP's, MKL's).
+THREADS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def host_threads(workers: int, processes: int = 1) -> dict[str, str]:
+    """Threads of each of ``processes`` processes that compute on the host for one of a
+    sweep's ``workers`` (xdist's, on this machine): the host's CPUs shared evenly, at least one
+    each; none set where the sweep's own environment sets them (the user's choice). Left to
+    themselves, torch's and OpenMP's pools take every CPU in every process: the CPU references
+    of 64 workers on a 192-vCPU host would start 12,288 threads on 192 CPUs."""
+    if any(name in os.environ for name in THREADS_ENV):
+        return {}
+    each = max(1, len(os.sched_getaffinity(0)) // max(1, workers) // max(1, processes))
+    return dict.fromkeys(THREADS_ENV, str(each))
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (NeuronDevice(), CudaDevice(), CpuDevice())}

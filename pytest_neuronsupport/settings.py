@@ -69,6 +69,9 @@ class Settings:
     baseline_uri: str | None = None
     #: The part of the lists this machine runs (None: all of it).
     shard: Shard | None = None
+    #: The sweep's xdist workers (1: none), whose runs share the host's CPUs
+    #: (:func:`~pytest_neuronsupport.devices.host_threads`).
+    workers: int = 1
     #: Where this machine's core leases live (one folder for every sweep on the machine).
     leases: Path = field(default_factory=lambda: declared("leases"))
     #: Every entry is a training test (``--neuron-train``).
@@ -212,6 +215,7 @@ def settings_from(config: pytest.Config) -> Settings:
         require_check=get("require-check"),
         shard=shard,
         leases=get("leases"),
+        workers=int(getattr(config, "workerinput", {}).get("workercount", 1)),
         train=get("train"),
         train_max_batch=get("train-max-batch"),
         **perf_settings(values),

@@ -50,6 +50,41 @@ def test_pinning_environment_per_device(neuron_ls_for_tests: None) -> None:
     assert CpuDevice().pin_env([0, 1]) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
 
 
+@pytest.fixture
+def trn2_host_for_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trn2.48xlarge's host as this process sees it: 192 CPUs (this machine has two), and
+    no thread count set in the sweep's environment."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(192)))
+    for name in devices.THREADS_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_the_hosts_cpus_are_shared_among_the_workers_processes(
+    neuron_ls_for_tests: None, trn2_host_for_tests: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 workers' references get 3 threads each (not 192 each); one worker's, every CPU; a
+    leased run's share is split among its ranks; the CPU device keeps its own rule (a run's
+    threads are its cores); a thread count the user set is left to stand."""
+    neuron, cuda, cpu = NeuronDevice(), devices.DEVICES["cuda"], CpuDevice()
+    threads = dict.fromkeys(devices.THREADS_ENV, "3")
+    assert neuron.reference_env(1, workers=64) == threads
+    assert neuron.reference_env(16, workers=1) == dict.fromkeys(devices.THREADS_ENV, "192")
+    assert cuda.reference_env(1, workers=64) == {**threads, "CUDA_VISIBLE_DEVICES": ""}
+    assert neuron.lease_env([0, 1, 2, 3], workers=16) == {
+        **threads,
+        "NEURON_RT_VISIBLE_CORES": "0-3",
+    }
+    assert neuron.lease_env([0], workers=1000) == {
+        **dict.fromkeys(devices.THREADS_ENV, "1"),
+        "NEURON_RT_VISIBLE_CORES": "0",
+    }
+    assert cpu.reference_env(2, workers=64) == cpu.lease_env([5, 6], workers=64)
+    assert cpu.lease_env([5, 6], workers=64) == dict.fromkeys(devices.THREADS_ENV, "2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    assert neuron.reference_env(1, workers=64) == {}
+    assert neuron.lease_env([0], workers=64) == {"NEURON_RT_VISIBLE_CORES": "0"}
+
+
 def test_compiler_names_the_dataset_folder() -> None:
     torch_version = devices.public_version(devices.package_version("torch") or "")
     assert CpuDevice().compiler("inductor") == ("inductor", torch_version)

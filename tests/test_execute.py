@@ -190,6 +190,26 @@ def test_a_run_is_pinned_to_its_cpus(run: Runner, tmp_path: Path) -> None:
     assert outcome.log_tail.split() == [str(first), "1"]
 
 
+def test_an_unpinned_run_computes_with_the_threads_its_environment_gives(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """A reference's pass holds no core: its threads are its share of the host
+    (``OMP_NUM_THREADS``), forked from a server whose torch took every CPU or started fresh."""
+    script = tmp_path / "run.py"
+    script.write_text("import torch\nprint(torch.get_num_threads(), flush=True)\n")
+    request = RunRequest(
+        script=script,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        verdict_path=tmp_path / "verdict.json",
+        log_path=tmp_path / "output.log",
+        timeout_s=300.0,  # wide: a loaded machine starts the fork server slowly
+    )
+    outcome = executor.run(request)
+    assert outcome.returncode == 0, outcome.log_tail
+    assert outcome.log_tail.split() == ["1"]
+
+
 def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(
     run: Runner, executor: Executor
 ) -> None:

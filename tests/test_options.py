@@ -151,6 +151,17 @@ def test_each_settings_default_is_its_options_default(
     assert resolved.core_capacity_gb == resolved.device.core_capacity_gb()  # the device's
 
 
+def test_a_workers_settings_count_the_sweeps_workers(
+    pytester: pytest.Pytester, plain_environment: None
+) -> None:
+    """Under xdist a worker's settings say how many workers share the host (xdist's
+    ``workercount``): their runs' threads are shared out by it; one without xdist."""
+    config = pytester.parseconfig()
+    assert settings_from(config).workers == 1
+    config.workerinput = {"workerid": "gw3", "workercount": 16}  # type: ignore[attr-defined]
+    assert settings_from(config).workers == 16
+
+
 def subparsers(
     parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:

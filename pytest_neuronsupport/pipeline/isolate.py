@@ -294,6 +294,9 @@ def _forked_run(
 
         os.sched_setaffinity(0, cpus)
         torch.set_num_threads(len(cpus))
+    elif env.get("OMP_NUM_THREADS", "").isdigit() and "torch" in sys.modules:
+        # the server's torch sized its pool before the run's environment was known
+        sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
     code = _run_as_main(script, argv, env)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -210,7 +210,7 @@ class Sweep:
                 log = script.parent / names[1]
                 log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
                 self.phases.mark(step, log=log)
-                environment.update(s.device.pin_env(lease.cores))
+                environment.update(s.device.lease_env(lease.cores, s.workers))
                 request = self.request(script, environment, names, timeout_s, overlay)
                 request = replace(request, cpus=s.device.cpus(lease.cores))
 
