@@ -353,8 +353,8 @@ def figures(
     held = {t: leases[t] for t in mine}
     leased = sum(lz["count"] * (lz["end"] - lz["start"]) for lz in held.values())
     in_phase: dict[str, float] = {}
-    for token, found in mine.items():
-        for e in found:
+    for token, events_of_run in mine.items():
+        for e in events_of_run:
             spent = held[token]["count"] * (e["end"] - e["start"])
             in_phase[e["phase"]] = in_phase.get(e["phase"], 0.0) + spent
     busy = in_phase.get("compile", 0.0) + in_phase.get("device", 0.0)
@@ -471,6 +471,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--again", type=Path, default=None, help="the figures of a kept work folder, no sweep"
     )
     parser.add_argument(
+        "--schedule",
+        action="store_true",
+        help="no sweep: the makespan the sweep's policy would reach at each -n (modelled: "
+        "fleet_schedule.py)",
+    )
+    parser.add_argument(
         "--neuron",
         action="append",
         default=[],
@@ -499,6 +505,9 @@ def plugin_options(wanted: list[str]) -> list[str]:
 
 def main() -> None:
     args = arguments()
+    if args.schedule:
+        print_schedule(fleet(args.models, args.bandwidth, args.seed), args.cores, 0.0, args.workers)
+        return
     if args.again is not None:
         measured = json.loads((args.again / "measured.json").read_text())
         kept = arguments([])
@@ -606,6 +615,23 @@ def analyse(args: argparse.Namespace, measured: dict[str, Any]) -> None:
     report(models, found, args, {**measured, "warm_s": measured["t0"] - measured["started"]})
 
 
+def print_schedule(models: list[Model], cores: int, between_s: float, workers: int) -> None:
+    """The makespan the sweep's policy would reach at each ``-n`` (``workers``, the run's, among
+    them): modelled, not measured."""
+    import fleet_schedule
+
+    counts = sorted({workers, 16, 32, 48, 64, 96})
+    cells = ", ".join(
+        f"-n {n} {inline:.2f}x ({ahead:.2f}x)"
+        for n, inline, ahead in fleet_schedule.table(models, cores, counts, between_s)
+    )
+    print(
+        f"  modelled (fleet_schedule.py, {between_s:.0f} s of the sweep's own between leases): "
+        f"makespan / bound {cells}; in brackets, were each reference computed ahead of its "
+        "worker's path"
+    )
+
+
 def report(
     models: list[Model],
     found: dict[str, Any],
@@ -642,6 +668,8 @@ def report(
         f"{found['workers_bound_today_s'] / h:.2f} h; cores leased on average "
         f"{found['mean_cores_leased']:.1f} of {args.cores}"
     )
+    between_s = found["own_between_leases_ms"] / 1000 * args.scale
+    print_schedule(models, args.cores, between_s, args.workers)
     last = found["last"]
     print(
         f"  last to finish: {last['model']} on {last['cores']} cores, leased "

@@ -4,7 +4,9 @@
   pytest-xdist's own ``load`` scheduler;
 * the plugin's sizing reads a stand-in checkpoint as the fleet's model says: its config, built
   on the meta device, has the model's parameters, and so its cores;
-* peak host memory counts the phases in progress at once.
+* peak host memory counts the phases in progress at once;
+* the schedule model (``fleet_schedule.py``) replays the sweep's policy: each reference in its
+  worker's path, aligned leases, the largest first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import fleet
+import fleet_schedule
 import pytest
 
 from pytest_neuronsupport.pipeline.sizing import config_parameters, cores_needed
@@ -69,3 +72,26 @@ def test_by_cost_too_each_worker_starts_with_its_warm_up(
     sizes = {m.id: m.parameters for m in some}
     second = [sizes[ids[node.sent[1]]] for node in nodes]
     assert min(second) >= sorted(sizes.values())[-workers]  # then the largest models
+
+
+def model(cores: int, busy_s: float, reference_s: float = 0.0) -> fleet.Model:
+    return fleet.Model("m", "decoder", 1, cores, compile_s=busy_s, reference_s=reference_s)
+
+
+def test_the_schedule_model_holds_each_reference_in_its_workers_path() -> None:
+    four = [model(1, 10.0, reference_s=5.0) for _ in range(4)]
+    assert fleet_schedule.makespan(four, workers=2, cores=2) == 30.0  # 5 + 10, twice
+    assert fleet_schedule.makespan(four, workers=2, cores=2, reference_in_path=False) == 20.0
+    assert fleet_schedule.makespan(four, workers=4, cores=2) == 25.0  # the others' wait
+    assert fleet_schedule.makespan(four, workers=2, cores=2, between_s=1.0) == 32.0
+    assert fleet_schedule.lower_bound(four, cores=2) == 20.0
+
+
+def test_the_schedule_model_leases_aligned_blocks_largest_first() -> None:
+    assert fleet_schedule.aligned_block([False, True, True, False], 2) is None
+    assert fleet_schedule.aligned_block([True, True, False, True], 2) == 0
+    assert fleet_schedule.aligned_block([False, False, True, True], 2) == 2
+    # the 2-core model starts first (the largest); the 1-core ones fill the other two cores
+    mixed = [model(1, 10.0), model(1, 10.0), model(2, 15.0)]
+    assert fleet_schedule.makespan(mixed, workers=3, cores=4) == 15.0
+    assert fleet_schedule.lower_bound(mixed, cores=4) == 15.0
