@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,12 +27,15 @@ from pytest_neuronsupport.pipeline.leases import (
 )
 
 
-def gate(tmp_path: Path, available_gib: float = 10, total_gib: float = 16) -> HostMemoryGate:
+def gate(
+    tmp_path: Path, available_gib: float = 10, total_gib: float = 16, patience_s: float = 60.0
+) -> HostMemoryGate:
     return HostMemoryGate(
         tmp_path / "host-memory.json",
         available=lambda: int(available_gib * GIB),
         total=lambda: int(total_gib * GIB),
         poll_s=0.01,
+        patience_s=patience_s,
     )
 
 
@@ -76,6 +80,50 @@ def test_a_run_waits_until_the_memory_it_needs_is_free(tmp_path: Path) -> None:
     waiting.join()
     assert len(got) == 1
     assert {h.bytes for h in gate(tmp_path).holds()} == {6 * GIB, 3 * GIB}
+
+
+def waiter(g: HostMemoryGate, need: int, got: list[object]) -> threading.Thread:
+    """A run waiting for ``need`` bytes in a thread, until it is in line."""
+    waiting = threading.Thread(target=lambda: got.append(g.acquire(need)), daemon=True)
+    waiting.start()
+    while not g.waiting() and waiting.is_alive():
+        time.sleep(0.01)
+    return waiting
+
+
+def test_a_run_that_waited_past_the_patience_is_not_passed_by_smaller_ones(
+    tmp_path: Path,
+) -> None:
+    """6 GiB of 10 held, a run waits for 6: a 3 GiB run, which fits, passes it while it is
+    patient, and not once it has waited its patience (its 6 are kept: 4 free less 6); when
+    the first is released the waiting run goes in, and the 3 then fit beside it."""
+    patient = gate(tmp_path, patience_s=3600)
+    first = patient.try_hold(6 * GIB)
+    assert first is not None
+    got: list[object] = []
+    waiting = waiter(patient, 6 * GIB, got)
+    assert [h.bytes for h in patient.waiting()] == [6 * GIB]
+    assert patient.holds() == [first]  # in line, not held
+    small = patient.try_hold(3 * GIB)
+    assert small is not None  # before the patience: free memory is used
+    patient.release(small)
+    impatient = gate(tmp_path, patience_s=0)  # the same line, judged past the patience
+    assert impatient.try_hold(3 * GIB) is None
+    assert impatient.try_hold(3 * GIB) is None  # asked again: still behind it
+    impatient.release(first)
+    waiting.join(timeout=60)
+    assert len(got) == 1 and impatient.waiting() == []
+    assert impatient.try_hold(3 * GIB) is not None  # 10 less its 6
+    assert sorted(h.bytes for h in impatient.holds()) == [3 * GIB, 6 * GIB]
+
+
+def test_a_run_that_stops_waiting_leaves_the_line(tmp_path: Path) -> None:
+    g = gate(tmp_path, patience_s=0)
+    first = g.try_hold(8 * GIB)
+    assert first is not None
+    with pytest.raises(TimeoutError, match=r"no 6\.0 GiB of host memory free"):
+        g.acquire(6 * GIB, timeout_s=0.1)
+    assert g.waiting() == [] and g.try_hold(2 * GIB) is not None  # nothing kept for it
 
 
 def test_a_hold_in_use_counts_as_used_only_once(tmp_path: Path) -> None:

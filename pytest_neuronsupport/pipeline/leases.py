@@ -10,7 +10,9 @@ reclaimed, so a killed worker or run never keeps its cores.
 Beside the cores, a :class:`HostMemoryGate` holds the host memory each run is estimated to need
 (:func:`host_bytes`: from its checkpoint's size and dtype, with a stated margin): a run that
 needs more than is free waits for it, instead of being killed by the OOM killer. A run takes
-its memory first, then its cores, so that no core is leased while its run waits for memory.
+its memory first, then its cores, so that no core is leased while its run waits for memory. A
+run waits in line: one that has waited :data:`PATIENCE_S` has its memory kept for it from then
+on, so that smaller runs, which keep fitting, cannot pass it for ever.
 """
 
 from __future__ import annotations
@@ -242,9 +244,17 @@ class Hold:
     runs: tuple[int, ...] = ()
     #: It was let in alone: more than was free, with nothing else holding.
     alone: bool = False
+    #: Not held yet: its run has waited in line since then (``time.time()``).
+    waiting_since: float | None = None
 
     def alive(self) -> bool:
         return any(pid_alive(p) for p in self.pids)
+
+
+#: How long a run waits for host memory while smaller ones that fit pass it; from then on what
+#: it needs is kept for it (those behind it take only what is left beside it), so that a large
+#: reference is not passed for ever. Before then, memory that is free is used.
+PATIENCE_S = 60.0
 
 
 class HostMemoryGate:
@@ -256,6 +266,9 @@ class HostMemoryGate:
     hold's bytes less the resident memory of its run's processes, never below 0). With nothing
     else holding, a run goes in whatever it needs (alone, saying so if it needs more than is
     free, the machine's whole memory (``total``) included): waiting would be for ever.
+    A run that waits lines up (:meth:`acquire`); once it has waited ``patience_s``, what it
+    needs is kept for it: a run behind it goes in only beside that, and none goes in alone
+    before it.
     ``available``, ``total`` and ``resident`` (bytes of one process) stand for the host's own
     readings; by default they are looked up at each call (a stand-in host replaces them).
     """
@@ -267,8 +280,10 @@ class HostMemoryGate:
         total: Callable[[], int] | None = None,
         resident: Callable[[int], int] | None = None,
         poll_s: float = 0.2,
+        patience_s: float = PATIENCE_S,
     ) -> None:
         self.path = path
+        self.patience_s = patience_s
         self.available = available or (lambda: available_bytes())
         self.total = total or (lambda: total_memory_bytes())
         self.resident = resident or (lambda pid: resident_bytes(pid))
@@ -280,7 +295,14 @@ class HostMemoryGate:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             return [
-                Hold(d["bytes"], tuple(d["pids"]), d["token"], tuple(d["runs"]), d["alone"])
+                Hold(
+                    d["bytes"],
+                    tuple(d["pids"]),
+                    d["token"],
+                    tuple(d["runs"]),
+                    d["alone"],
+                    d.get("waiting_since"),
+                )
                 for d in data
             ]
         except (OSError, ValueError, KeyError, TypeError):
@@ -289,14 +311,29 @@ class HostMemoryGate:
     def _write(self, holds: Iterable[Hold]) -> None:
         tmp = self.path.with_suffix(".tmp")
         data = [
-            {"bytes": h.bytes, "pids": h.pids, "token": h.token, "runs": h.runs, "alone": h.alone}
+            {
+                "bytes": h.bytes,
+                "pids": h.pids,
+                "token": h.token,
+                "runs": h.runs,
+                "alone": h.alone,
+                "waiting_since": h.waiting_since,
+            }
             for h in holds
         ]
         tmp.write_text(json.dumps(data), encoding="utf-8")
         os.replace(tmp, self.path)
 
     def holds(self) -> list[Hold]:
-        """The live holds (reclaiming those of dead processes)."""
+        """The live holds (reclaiming those of dead processes), not the runs waiting in line."""
+        return [h for h in self._live() if h.waiting_since is None]
+
+    def waiting(self) -> list[Hold]:
+        """The runs waiting in line, the longest waiting first."""
+        live = [h for h in self._live() if h.waiting_since is not None]
+        return sorted(live, key=lambda h: h.waiting_since or 0.0)
+
+    def _live(self) -> list[Hold]:
         with self._lock:
             live = [h for h in self._read() if h.alive()]
             self._write(live)
@@ -309,29 +346,61 @@ class HostMemoryGate:
         unused = sum(max(0, h.bytes - sum(map(self.resident, runs[h.token]))) for h in holds)
         return self.available() - unused
 
-    def try_hold(self, need: int, pid: int | None = None) -> Hold | None:
-        """Hold ``need`` bytes if they are free now (or nothing else holds any), else None."""
+    def try_hold(self, need: int, pid: int | None = None, place: Hold | None = None) -> Hold | None:
+        """Hold ``need`` bytes if they are free now beside what is kept for the runs in line
+        before ``place`` (its place in line; None: behind all) that have waited past the
+        patience, or if nothing holds any and none of those waits; else None."""
         with self._lock:
             live = [h for h in self._read() if h.alive()]
-            free = self.free(live)
-            if live and need > free:
+            held = [h for h in live if h.waiting_since is None]
+            kept = sum(h.bytes for h in self._patient(live, place))
+            free = self.free(held) - kept
+            if (held or kept) and need > free:
                 self._write(live)
                 return None
             alone = need > free or need > self.total()
             hold = Hold(need, (pid or os.getpid(),), os.urandom(8).hex(), alone=alone)
-            self._write([*live, hold])
+            self._write([*(h for h in live if place is None or h.token != place.token), hold])
             return hold
 
+    def _patient(self, live: list[Hold], place: Hold | None) -> list[Hold]:
+        """The runs in line before ``place`` (None: all of them) that waited past the patience."""
+        since = float("inf") if place is None else (place.waiting_since or 0.0)
+        now = time.time()
+        return [
+            h
+            for h in live
+            if h.waiting_since is not None
+            and h.waiting_since < since
+            and now - h.waiting_since >= self.patience_s
+        ]
+
     def acquire(self, need: int, timeout_s: float | None = None) -> Hold:
-        """Wait for ``need`` bytes of host memory."""
+        """Wait in line for ``need`` bytes of host memory (see the class)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            hold = self.try_hold(need)
-            if hold is not None:
-                return hold
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no {need / GIB:.1f} GiB of host memory free in {timeout_s} s")
-            time.sleep(self.poll_s)
+        place = None
+        try:
+            while True:
+                hold = self.try_hold(need, place=place)
+                if hold is not None:
+                    place = None  # taken out of the line with the hold
+                    return hold
+                if place is None:
+                    place = self._line_up(need)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"no {need / GIB:.1f} GiB of host memory free in {timeout_s} s"
+                    )
+                time.sleep(self.poll_s)
+        finally:
+            if place is not None:
+                self.release(place)
+
+    def _line_up(self, need: int) -> Hold:
+        place = Hold(need, (os.getpid(),), os.urandom(8).hex(), waiting_since=time.time())
+        with self._lock:
+            self._write([*(h for h in self._read() if h.alive()), place])
+        return place
 
     def add_pid(self, hold: Hold, pid: int) -> Hold:
         """Name the run's process: its memory (and its children's) is the hold's use."""
