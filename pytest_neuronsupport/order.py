@@ -17,7 +17,12 @@ A model's cost is its predicted core-seconds:
 The order is largest first, ties in list order. pytest-xdist's ``load`` scheduler hands each
 worker a chunk of consecutive items at the start, so the sorted order is then **dealt**
 (:func:`dealt`): the k-th largest goes first in worker k's chunk, the (n+k)-th second, and the
-rest follow in order, taken from the front as workers free up. Every worker must collect the
+rest follow in order, taken from the front as workers free up. Its ``worksteal`` scheduler
+hands each worker an equal part of consecutive items at the start and lets idle workers take
+the back half of the longest queue: the order is then dealt into those parts
+(:func:`dealt_evenly`), each worker's part largest first, so that what is stolen is the small.
+Other schedulers (``loadscope``, ``loadfile``, ``loadgroup``) keep the list's order: they send
+items by group, not one by one. Every worker must collect the
 same items in the same order, and a checkpoint may appear in the cache while they collect: the
 first worker to order the sweep writes the order once (:func:`shared_order`, in the sweep's
 folder), the others read it. The dataset's rows, junit and the reports do not follow the
@@ -140,6 +145,33 @@ def dealt(ordered: Sequence[str], workers: int, most: int | None = None) -> list
     return out
 
 
+def even_parts(total: int, workers: int) -> list[int]:
+    """How many consecutive items pytest-xdist's ``worksteal`` scheduler (3.x) first hands each
+    worker: in turn, what is left over the workers left."""
+    sizes, left = [], total
+    for k in range(workers):
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    return sizes
+
+
+def dealt_evenly(ordered: Sequence[str], workers: int) -> list[str]:
+    """``ordered`` (largest first) placed so that xdist's ``worksteal`` scheduler starts it in
+    that order: worker k's part holds the items k, k + n, k + 2n... (n workers; a full part is
+    passed over), largest first, and a steal takes the smallest of the longest queue."""
+    if workers <= 1:
+        return list(ordered)
+    sizes = even_parts(len(ordered), workers)
+    parts: list[list[str]] = [[] for _ in sizes]
+    turn = 0
+    for model in ordered:
+        while len(parts[turn % workers]) >= sizes[turn % workers]:
+            turn += 1
+        parts[turn % workers].append(model)
+        turn += 1
+    return [model for part in parts for model in part]
+
+
 def start_order(
     specs: Sequence[ModelSpec],
     find_row: Callable[[str], Mapping[str, Any] | None],
@@ -149,9 +181,10 @@ def start_order(
     max_cores: int,
     workers: int,
     most: int | None = None,
+    dist: str = "load",
 ) -> list[str]:
     """The models of ``specs`` in the order they are to be collected: by cost, dealt to
-    ``workers`` (``most``: xdist's ``--maxschedchunk``)."""
+    ``workers`` as xdist's ``dist`` scheduler sends them (``most``: its ``--maxschedchunk``)."""
     ids = [spec.id for spec in specs]
     recorded = {m: c for m in ids if (c := recorded_core_s(find_row(m))) is not None}
     estimated: dict[str, float] = {}
@@ -159,7 +192,8 @@ def start_order(
         size = weight_bytes(spec, cache)  # a recorded model's too: the scale between the two
         if size is not None:
             estimated[spec.id] = estimate_core_s(size, core_gb, max_cores)
-    return dealt(by_cost(ids, predicted(ids, recorded, estimated)), workers, most)
+    ranked = by_cost(ids, predicted(ids, recorded, estimated))
+    return dealt_evenly(ranked, workers) if dist == "worksteal" else dealt(ranked, workers, most)
 
 
 def shared_order(folder: Path | None, order: list[str]) -> list[str]:
@@ -189,22 +223,27 @@ def reorder(items: list[Any], order: Sequence[str], key: Callable[[Any], str | N
 SCHEDULING_KEY = "neuronsupport_scheduling"
 
 
-def workers_of(config: Any) -> tuple[int, int | None]:
-    """The sweep's xdist workers that share out its items with the ``load`` scheduler, and
-    its ``--maxschedchunk`` (1 worker: not under xdist, or another scheduler)."""
+#: The xdist schedulers that send items one by one, whose start the order can set.
+DEALT = ("load", "worksteal")
+
+
+def workers_of(config: Any) -> tuple[int, int | None, str]:
+    """The sweep's xdist workers that share out its items with the ``load`` or ``worksteal``
+    scheduler, its ``--maxschedchunk``, and which (1 worker: not under xdist, or another
+    scheduler)."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
-        return 1, None
+        return 1, None, "no"
     dist, most = workerinput.get(SCHEDULING_KEY) or ("load", None)
-    if dist != "load":
-        return 1, None
-    return int(workerinput.get("workercount", 1)), most
+    if dist not in DEALT:
+        return 1, None, dist
+    return int(workerinput.get("workercount", 1)), most, dist
 
 
 def apply(config: Any, items: list[Any], sweep: Any) -> None:
     """``--neuron-order cost`` under several workers: the model items in their start order
     (:func:`start_order`, the same in every worker: :func:`shared_order`)."""
-    workers, most = workers_of(config)
+    workers, most, dist = workers_of(config)
     if sweep.settings.order != "cost" or workers <= 1:
         return
     from pytest_neuronsupport.collect import ModelItem
@@ -221,6 +260,7 @@ def apply(config: Any, items: list[Any], sweep: Any) -> None:
         max_cores=min(s.max_cores, s.device.core_count()),
         workers=workers,
         most=most,
+        dist=dist,
     )
     found = shared_order(phases_dir(s.results, sweep.sweep_id), found)
     reorder(items, found, lambda item: item.spec.id if isinstance(item, ModelItem) else None)

@@ -105,6 +105,24 @@ def test_dealt_so_that_xdist_starts_the_largest_first(
         assert queue == sorted(queue)
 
 
+@pytest.mark.parametrize(("models", "workers"), [(1000, 16), (1000, 64), (40, 4), (6, 4), (5, 4)])
+def test_dealt_evenly_so_that_xdist_worksteal_starts_the_largest_first(
+    models: int, workers: int
+) -> None:
+    """``--dist worksteal``: each worker's part of the items starts with one of the n largest
+    and runs largest first, so that the back half an idle worker steals is the smallest."""
+    ranked = [f"m{r:04d}" for r in range(models)]  # largest first
+    ids = order.dealt_evenly(ranked, workers)
+    assert sorted(ids) == ranked
+    nodes = scheduled(ids, workers, dist="worksteal")
+    assert [len(node.sent) for node in nodes] == order.even_parts(models, workers)
+    firsts = sorted(ids[node.sent[0]] for node in nodes if node.sent)
+    assert firsts == ranked[: min(workers, models)]
+    for node in nodes:
+        queue = [ids[i] for i in node.sent]
+        assert queue == sorted(queue)
+
+
 def test_the_order_is_written_once_for_every_worker(tmp_path: Path) -> None:
     folder = tmp_path / "sweep"
     kept: list[list[str]] = []

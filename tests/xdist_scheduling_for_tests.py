@@ -1,12 +1,13 @@
-"""xdist's own ``load`` scheduler, driven without workers: test doubles of pytest's options and
-of the worker nodes it sends entries to (what it sends each at the start is what is asserted)."""
+"""xdist's own ``load`` and ``worksteal`` schedulers, driven without workers: test doubles of
+pytest's options and of the worker nodes they send entries to (what each is sent at the start
+is what is asserted)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from xdist.scheduler import LoadScheduling
+from xdist.scheduler import LoadScheduling, WorkStealingScheduling
 
 
 class OptionsForTests:
@@ -36,13 +37,16 @@ class WorkerForTests:
         self.shutting_down = True
 
 
-def scheduled(ids: list[str], workers: int, most: int | None = None) -> list[WorkerForTests]:
-    """What xdist's own ``load`` scheduler sends each worker at the start."""
-    scheduler = LoadScheduling(OptionsForTests(workers, most))  # type: ignore[arg-type]
+def scheduled(
+    ids: list[str], workers: int, most: int | None = None, dist: str = "load"
+) -> list[WorkerForTests]:
+    """What xdist's own ``load`` (or ``worksteal``) scheduler sends each worker at the start."""
+    kind = WorkStealingScheduling if dist == "worksteal" else LoadScheduling
+    scheduler: Any = kind(OptionsForTests(workers, most))
     nodes = [WorkerForTests(f"gw{k}") for k in range(workers)]
     for node in nodes:
-        scheduler.add_node(node)  # type: ignore[arg-type]
+        scheduler.add_node(node)
     for node in nodes:
-        scheduler.add_node_collection(node, ids)  # type: ignore[arg-type]
+        scheduler.add_node_collection(node, ids)
     scheduler.schedule()
     return nodes
