@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 
 class Phased(Protocol):
-    """A fleet model's phases (``fleet.Model``)."""
+    """A fleet model's phases (``fleet_model.Model``)."""
 
     @property
     def cores(self) -> int | None: ...

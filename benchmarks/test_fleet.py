@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import fleet
+import fleet_model
 import fleet_schedule
 import pytest
 
@@ -23,7 +24,7 @@ from tests.xdist_scheduling_for_tests import scheduled
 
 @pytest.mark.parametrize(("models", "workers"), [(1000, 16), (1000, 64), (40, 4), (5, 4), (30, 1)])
 def test_each_worker_starts_with_its_warm_up(models: int, workers: int) -> None:
-    some = fleet.fleet(models, 0.5, seed=0)
+    some = fleet_model.fleet(models, 0.5, seed=0)
     warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
     text = fleet.model_list(some, warmups)
     ids = [line.split('"')[1] for line in text.splitlines() if line.startswith("id = ")]
@@ -34,10 +35,10 @@ def test_each_worker_starts_with_its_warm_up(models: int, workers: int) -> None:
 
 @pytest.mark.parametrize("parameters", [15_000_000, 135_000_000, 8_030_000_000, 141_000_000_000])
 def test_sizing_counts_a_stand_in_checkpoint_as_the_fleet_does(parameters: int) -> None:
-    model = fleet.phases("fleet/m", "decoder", parameters, 0.5)
+    model = fleet_model.phases("fleet/m", "decoder", parameters, 0.5)
     counted = config_parameters(fleet.config(model, 20.0))
     assert abs(counted - parameters) < fleet.HIDDEN
-    assert cores_needed(2 * counted, fleet.CORE_GB) == model.cores
+    assert cores_needed(2 * counted, fleet_model.CORE_GB) == model.cores
 
 
 def test_peak_host_memory_counts_the_phases_in_progress() -> None:
@@ -58,7 +59,7 @@ def test_by_cost_too_each_worker_starts_with_its_warm_up(
     from pytest_neuronsupport import order
     from pytest_neuronsupport.modellist import parse
 
-    some = fleet.fleet(models, 0.5, seed=0)
+    some = fleet_model.fleet(models, 0.5, seed=0)
     warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
     path = tmp_path / "fleet.toml"
     path.write_text(fleet.model_list(some, warmups))
@@ -74,8 +75,8 @@ def test_by_cost_too_each_worker_starts_with_its_warm_up(
     assert min(second) >= sorted(sizes.values())[-workers]  # then the largest models
 
 
-def model(cores: int, busy_s: float, reference_s: float = 0.0) -> fleet.Model:
-    return fleet.Model("m", "decoder", 1, cores, compile_s=busy_s, reference_s=reference_s)
+def model(cores: int, busy_s: float, reference_s: float = 0.0) -> fleet_model.Model:
+    return fleet_model.Model("m", "decoder", 1, cores, compile_s=busy_s, reference_s=reference_s)
 
 
 def test_the_schedule_model_holds_each_reference_in_its_workers_path() -> None:
