@@ -261,8 +261,7 @@ class CpuDevice(Device):
         return len(os.sched_getaffinity(0))
 
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
-        n = str(len(cores))
-        return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        return dict.fromkeys(THREADS_ENV, str(len(cores)))
 
     def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
         """The CPU is the device here: a reference's pass uses as many threads as its run's
