@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.runners.lib.warned import library_warnings
 
 ORDERS = ("cost", "list")
 #: The size estimate of a model's core-seconds: a fixed part a core (the compile's and the
@@ -79,7 +80,8 @@ def weight_bytes(spec: ModelSpec, cache: Path) -> int | None:
     if folder is None:
         return None
     try:
-        count = sizing.checkpoint_parameters(folder)
+        with library_warnings():
+            count = sizing.checkpoint_parameters(folder)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return None if count is None else count * sizing.BF16_BYTES

@@ -261,8 +261,9 @@ def lines(text: str) -> int:
 #: TorchNeuron says of the run, the operators it ran on the CPU and the graphs it compiled:
 #: issue 35; 35 more for issue 38: the reference-only pass, which computes the CPU reference
 #: before the device's run leases its cores, and the failure it tells that run; 5 more for the
-#: reason a run computed a reference it was named a file for, ``reference_miss``).
-ONE_CORE, SEVERAL_CORES = 430, 555
+#: reason a run computed a reference it was named a file for, ``reference_miss``; 10 more for a
+#: library's warning shown, never raised, whatever the run's ``PYTHONWARNINGS``).
+ONE_CORE, SEVERAL_CORES = 440, 565
 #: What the English judge adds at most, where the support mode runs a script again with it
 #: (its CPU run failed or did not reproduce itself) or a several-core run's host cannot hold
 #: the model in fp32 (judge_needed).

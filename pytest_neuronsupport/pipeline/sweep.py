@@ -35,6 +35,7 @@ from pytest_neuronsupport.runners.lib.protocol import (
     REFERENCE_FAILED_ENV,
     REFERENCE_ONLY_ENV,
 )
+from pytest_neuronsupport.runners.lib.warned import library_warnings
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
 
@@ -149,7 +150,8 @@ class Sweep:
         if not value.startswith(ZOO_PREFIX) and folder.is_dir():
             return str(folder.resolve())
         self.phases.mark("judge checkpoint")  # a zoo judge is built here on first use
-        judge = resolve_checkpoint(value, None, self.settings.cache)[0]
+        with library_warnings():
+            judge = resolve_checkpoint(value, None, self.settings.cache)[0]
         prefetch.fetch_judge(judge)  # a Hub judge's files: runs are offline
         return judge
 
@@ -160,7 +162,8 @@ class Sweep:
         cores it gets (or ``too-large``)."""
         s = self.settings
         self.phases.mark("plan")  # a zoo model is built here on first use
-        planned = plan(spec, s.cache, self.runners)
+        with library_warnings():  # the user's -W error is not the model's FAIL(load)
+            planned = plan(spec, s.cache, self.runners)
         self.phases.mark("preparing")  # the script is next
         if not sized:
             return planned

@@ -21,11 +21,14 @@ from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
 from pytest_neuronsupport.runners.lib.protocol import PHASES, REFERENCE_ONLY_ENV, write_verdict
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
+from pytest_neuronsupport.runners.lib.warned import shown_not_raised
 
 
 def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
     """Run one model and write its verdict (``--result PATH``); or only its CPU reference
-    (``$NEURONSUPPORT_REFERENCE_ONLY``: :func:`reference_attempt`)."""
+    (``$NEURONSUPPORT_REFERENCE_ONLY``: :func:`reference_attempt`). A library's warning
+    is shown, never raised (``PYTHONWARNINGS=error``): it is not the model's failure."""
+    shown_not_raised()
     if os.environ.get(REFERENCE_ONLY_ENV):
         write_verdict(reference_attempt(params, run), sys.argv[1:])
     else:
@@ -36,6 +39,7 @@ def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> in
 def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
     """Several cores: launch one rank per core, or be one (``RANK`` set). Rank 0 reports; another
     rank that fails writes its failure for the launcher, and exits non-zero."""
+    shown_not_raised()  # as in main
     rank = os.environ.get("RANK")
     if os.environ.get(REFERENCE_ONLY_ENV):  # the CPU reference: one process, no rank
         return main(params, run, ops_class)
