@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from pytest_neuronsupport import faults, hub
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.runners.lib.warned import library_warnings
 
 __all__ = [
     "RUN_ENV",
@@ -230,7 +231,8 @@ def before_lease(
         return Fetched()
     started = time.monotonic()
     try:
-        fetch(files(checkpoint, revision, cache_dir, endpoint), cache_dir, endpoint)
+        with library_warnings():  # huggingface_hub's warning is not the model's FAIL(load)
+            fetch(files(checkpoint, revision, cache_dir, endpoint), cache_dir, endpoint)
     except Exception as exc:
         took = round(time.monotonic() - started, 3)
         if (fault := fault_of(exc, endpoint)) is not None:
@@ -247,7 +249,8 @@ def fetch_judge(judge: str, cache_dir: str | Path | None = None) -> None:
     if Path(judge).is_dir() or judge.startswith((ZOO_PREFIX, PACKAGE_PREFIX)) or offline():
         return
     try:
-        fetch(files(repo_id, revision or None, cache_dir), cache_dir)
+        with library_warnings():
+            fetch(files(repo_id, revision or None, cache_dir), cache_dir)
     except Exception:
         return
 

@@ -28,7 +28,9 @@ def shown_not_raised() -> None:
 @contextmanager
 def library_warnings() -> Iterator[None]:
     """Within: warnings are shown, never raised (:func:`shown_not_raised`); the filters as
-    they were afterwards."""
+    they were afterwards. In the sweep's main thread only: ``catch_warnings`` swaps the
+    process's filters, so a thread's use would undo pytest's (the prefetch thread's failures are
+    met again by the model's own fetch, which is wrapped)."""
     with warnings.catch_warnings():
         shown_not_raised()
         yield
