@@ -409,7 +409,7 @@ def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     warmups = [f"fleet/warmup-{k:02d}" for k in range(workers)]
     hub = ThrottledHub({m.id: m.download_s / args.scale for m in models})
     for m in [*models, *(phases(w, "encoder", 20_000_000, args.bandwidth) for w in warmups)]:
-        extra = {"kind": "warmup", "workers": workers, "wait_s": 600} if m.id in warmups else None
+        extra = {"kind": "warmup", "workers": workers, "wait_s": 3600} if m.id in warmups else None
         files = {
             "config.json": json.dumps(config(m, args.scale, extra)).encode(),
             "model.safetensors": safetensors_header(m.parameters),
