@@ -29,6 +29,7 @@ def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> in
     (``$NEURONSUPPORT_REFERENCE_ONLY``: :func:`reference_attempt`). A library's warning
     is shown, never raised (``PYTHONWARNINGS=error``): it is not the model's failure."""
     shown_not_raised()
+    own_thread_pool()
     if os.environ.get(REFERENCE_ONLY_ENV):
         write_verdict(reference_attempt(params, run), sys.argv[1:])
     else:
@@ -36,10 +37,21 @@ def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> in
     return 0
 
 
+def own_thread_pool() -> None:
+    """Torch's CPU thread pool made anew, in the process's one thread, before the run starts
+    any other. A run is forked (from the fork server, a rank from its launcher): torch marks
+    the parent's pool leaked in the child and replaces it on its first use, a replacement
+    that is not thread-safe. Two threads using it first at once (transformers loads weights
+    on a thread pool) can find no pool: ``RuntimeError: ... Invalid thread pool!``, a
+    rank's FAIL(load) that was not the model's."""
+    torch.set_num_threads(torch.get_num_threads())
+
+
 def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> int:
     """Several cores: launch one rank per core, or be one (``RANK`` set). Rank 0 reports; another
     rank that fails writes its failure for the launcher, and exits non-zero."""
     shown_not_raised()  # as in main
+    own_thread_pool()  # a rank is forked from the launcher
     rank = os.environ.get("RANK")
     if os.environ.get(REFERENCE_ONLY_ENV):  # the CPU reference: one process, no rank
         return main(params, run, ops_class)
