@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -152,6 +153,44 @@ def test_a_hang_is_stopped_with_everything_it_started(run: Runner, tmp_path: Pat
         time.sleep(0.05)  # reaped by init once killed
     status = Path(f"/proc/{child}/status")
     assert not status.exists() or "zombie" in status.read_text()
+
+
+@pytest.mark.slow  # waits for an 8 s timeout, twice
+def test_a_hang_says_where_each_of_its_processes_hung(run: Runner) -> None:
+    """The run's entry asks for stacks on request (as run.py's does); the process it forked
+    inherits that. The row's error: the output's tail, then a line a thread, the run's first."""
+    body = f"""
+        import multiprocessing, time
+        from pytest_neuronsupport.runners.lib.processes import stacks_on_request
+
+        def stuck_in_the_child(ready):
+            ready.set()
+            time.sleep(600)
+
+        def stuck_in_the_run():
+            time.sleep(600)
+
+        stacks_on_request()
+        print("{PHASE} gen", flush=True)
+        fork = multiprocessing.get_context("fork")
+        ready = fork.Event()
+        fork.Process(target=stuck_in_the_child, args=(ready,)).start()
+        ready.wait()
+        stuck_in_the_run()
+    """
+    assert run("pass\n", timeout_s=600).returncode == 0  # the fork server's start: not timed
+    fields = classify(run(body, timeout_s=8))
+    assert fields["result"] == "FAIL(other)"
+    assert fields["notes"] == "timed out after 8 s during gen"
+    tail, hung = fields["error"].split("\n--- where it hung ---\n")
+    assert tail.endswith(f"--- output tail ---\n{PHASE} gen\n")  # its output, not its stacks
+    lines = hung.splitlines()
+    assert len(lines) == 2, hung  # a thread each (the child's, forked, shows as current)
+    run_line, child_line = lines
+    thread = r"process \d+, current thread 0x[0-9a-f]+: "
+    assert re.match(thread + r"stuck_in_the_run \(run\.py:\d+\) < <module> \(run\.py:", run_line)
+    assert re.match(thread + r"stuck_in_the_child \(run\.py:\d+\) < run \(process\.py:", child_line)
+    assert run_line.split(",")[0] != child_line.split(",")[0]
 
 
 def test_a_stale_verdict_from_an_earlier_run_is_not_reused(run: Runner, tmp_path: Path) -> None:

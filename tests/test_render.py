@@ -262,8 +262,10 @@ def lines(text: str) -> int:
 #: issue 35; 35 more for issue 38: the reference-only pass, which computes the CPU reference
 #: before the device's run leases its cores, and the failure it tells that run; 5 more for the
 #: reason a run computed a reference it was named a file for, ``reference_miss``; 10 more for a
-#: library's warning shown, never raised, whatever the run's ``PYTHONWARNINGS``).
-ONE_CORE, SEVERAL_CORES = 440, 565
+#: library's warning shown, never raised, whatever the run's ``PYTHONWARNINGS``; 20 more for a
+#: forked run's own thread pool, made before its threads, and its stacks written on request:
+#: where a run that timed out hung).
+ONE_CORE, SEVERAL_CORES = 460, 585
 #: What the English judge adds at most, where the support mode runs a script again with it
 #: (its CPU run failed or did not reproduce itself) or a several-core run's host cannot hold
 #: the model in fp32 (judge_needed).

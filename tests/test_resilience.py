@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,4 +236,6 @@ def test_every_kind_of_crash_is_fail_other_and_the_sweep_goes_on(
         row = done.row(model)
         assert row["result"] == "FAIL(other)"
         assert "test-only backend: about to" in row["error"]  # the output's tail is kept
+    hung = done.row("zoo:qwen3")["error"].split("\n--- where it hung ---\n")[1]
+    assert re.match(r"process \d+, current thread 0x[0-9a-f]+: _misbehave \(backends_", hung)
     assert done.row("zoo:bert-mlm")["result"] == "PASS"

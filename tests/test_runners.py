@@ -259,6 +259,8 @@ def test_a_rank_that_crashes_or_hangs_is_fail_other_and_leaves_no_process(
     assert row["result"] == "FAIL(other)"
     assert row["notes"] == RANK_FAULTS[how][1]
     assert "test-only backend: about to" in row["error"]  # the ranks' output tail is kept
+    if how == "hang":  # where: rank 1 in the backend's hang (its stack, innermost first)
+        assert re.search(r"thread 0x[0-9a-f]+: _misbehave \(backends_for_tests\.py:", row["error"])
     script = next((done.runner.results / "runs").glob("*/*/zoo--llama-2core/run.py"))
     deadline = time.monotonic() + 120  # killed at once; reaped in seconds even when busy
     while run_processes_of(script) and time.monotonic() < deadline:

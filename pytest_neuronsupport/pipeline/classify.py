@@ -118,7 +118,8 @@ def _ran(outcome: Outcome) -> dict[str, Any]:
             fields["check"] = json.dumps(details, sort_keys=True)
         return fields
     why = ending(outcome)
-    fields = crashed(why, f"{why}\n--- output tail ---\n{outcome.log_tail}")
+    hung = f"\n--- where it hung ---\n{outcome.stacks}" if outcome.stacks else ""
+    fields = crashed(why, f"{why}\n--- output tail ---\n{outcome.log_tail}{hung}")
     return {**fields, "wall_s": outcome.wall_s}
 
 

@@ -30,17 +30,22 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_neuronsupport.runners.lib.backend import compile_imports
-from pytest_neuronsupport.runners.lib.processes import die_with_parent, signal_name
+from pytest_neuronsupport.runners.lib.processes import (
+    STACKS_SIGNAL,
+    die_with_parent,
+    signal_name,
+)
 from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK, read_verdict
 
 TAIL_CHARS = 4000
@@ -48,6 +53,12 @@ TAIL_CHARS = 4000
 GRACE_S = 5.0
 #: How often a run's time and memory are checked.
 POLL_S = 0.05
+#: How long each process of a run that timed out gets to write its stacks (:func:`stacks`).
+STACKS_WAIT_S = 0.5
+#: The innermost frames kept of each thread's stack.
+STACK_FRAMES = 4
+#: A frame as faulthandler writes it.
+FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<name>.+)$')
 #: What the fork server imports once, before any run: torch, transformers, and what every
 #: load imports on first use, then what compiling under the sweep's backend imports
 #: (:func:`executor_for`; about 0.6 s a run otherwise). No device runtime
@@ -83,6 +94,9 @@ class Outcome:
     peak_rss_gb: float | None = None
     #: The device's cores it held times its seconds (set on the model's path, for its row).
     core_s: float | None = None
+    #: Where a run that timed out hung: each of its processes' threads, a line each
+    #: (:func:`stacks`); None when it did not time out, or wrote none.
+    stacks: str | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -132,21 +146,70 @@ class Executor(Protocol):
         ...
 
 
-def tail(path: Path, chars: int = TAIL_CHARS) -> str:
+def tail(path: Path, chars: int = TAIL_CHARS, end: int | None = None) -> str:
+    """The last ``chars`` characters of the file (of its first ``end`` bytes)."""
     try:
         with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
+            size = f.seek(0, os.SEEK_END) if end is None else end
             f.seek(max(0, size - chars * 4))
-            return f.read().decode("utf-8", errors="replace")[-chars:]
+            return f.read(size - f.tell()).decode("utf-8", errors="replace")[-chars:]
     except OSError:
         return ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (a run and all it started), the run's first."""
+    return sorted((pid for pid, _ in _session(sid)), key=lambda pid: (pid != sid, pid))
+
+
+def stacks(sid: int, log: Path) -> str | None:
+    """Where a run hung: each process of its session asked in turn for its threads' stacks
+    (:data:`STACKS_SIGNAL`; the script's entry has them written to the run's output), a line
+    a thread, its innermost frames first. A process that does not answer (one the run
+    started, a compiler) is stopped by the signal, as it would be a moment later."""
+    lines = []
+    for pid in session_pids(sid):
+        start = _size(log)
+        try:
+            os.kill(pid, STACKS_SIGNAL)
+        except ProcessLookupError:
+            continue
+        time.sleep(STACKS_WAIT_S)
+        with log.open("rb") as f:
+            f.seek(start)
+            written = f.read(max(0, _size(log) - start)).decode("utf-8", errors="replace")
+        lines += [f"process {pid}, {thread}" for thread in threads(written)]
+    return "\n".join(lines) or None
+
+
+def threads(dump: str) -> list[str]:
+    """faulthandler's dump, a line a thread: ``thread 0x7f..: sleep (x.py:3) < run (y.py:9)``."""
+    found: list[list[str]] = []
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            found.append([line.split(" (most recent call first)")[0].lower()])
+        elif found and (frame := FRAME.match(line)):
+            name = os.path.basename(frame["path"])
+            found[-1].append(f"{frame['name']} ({name}:{frame['line']})")
+    return [f"{t[0]}: {' < '.join(t[1 : STACK_FRAMES + 1])}" for t in found if len(t) > 1]
 
 
 def session_rss_bytes(sid: int) -> int:
     """Resident memory of every process in session ``sid`` (a run and all it started)."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
+    return sum(int(fields[21]) * page for _, fields in _session(sid))  # rss: field 24
+
+
+def _session(sid: int) -> Iterator[tuple[int, list[str]]]:
+    """Each process of session ``sid``: its pid and the fields of its ``/proc/PID/stat``
+    after the command's name (``fields[0]`` is field 3 of proc(5), the state)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -155,10 +218,8 @@ def session_rss_bytes(sid: int) -> int:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # fields[0] is the state (field 3 of proc(5)): session is field 6, rss field 24
-        if int(fields[3]) == sid:
-            total += int(fields[21]) * page
-    return total
+        if int(fields[3]) == sid:  # the session: field 6
+            yield int(entry.name), fields
 
 
 def _signal_group(pid: int, sig: int) -> bool:
@@ -185,6 +246,7 @@ def _watch(
     timed_out = False
     reason: str | None = None
     peak = 0
+    where: tuple[int, str | None] | None = None  # a run that timed out: its output, its stacks
     limit = None if request.max_memory_gb is None else request.max_memory_gb * 1e9
     try:
         while not finished(POLL_S):
@@ -198,6 +260,7 @@ def _watch(
                 )
             elif time.monotonic() - started_at > request.timeout_s:
                 timed_out = True
+                where = (_size(request.log_path), stacks(pid, request.log_path))
             else:
                 continue
             _stop(pid, finished)
@@ -212,10 +275,11 @@ def _watch(
         timed_out=timed_out,
         wall_s=round(time.monotonic() - started_at, 3),
         verdict=None if timed_out or reason else read_verdict(str(request.verdict_path)),
-        log_tail=tail(request.log_path),
+        log_tail=tail(request.log_path, end=where and where[0]),  # what it wrote, not its stacks
         timeout_s=request.timeout_s,
         reason=reason,
         peak_rss_gb=round(peak / 1e9, 3) if peak else None,
+        stacks=where and where[1],
     )
 
 

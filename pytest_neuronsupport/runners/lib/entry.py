@@ -19,6 +19,7 @@ import torch
 
 from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
+from pytest_neuronsupport.runners.lib.processes import stacks_on_request
 from pytest_neuronsupport.runners.lib.protocol import PHASES, REFERENCE_ONLY_ENV, write_verdict
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
 from pytest_neuronsupport.runners.lib.warned import shown_not_raised
@@ -30,6 +31,7 @@ def main(params: dict[str, Any], run: Callable[..., Any], ops_class: type) -> in
     is shown, never raised (``PYTHONWARNINGS=error``): it is not the model's failure."""
     shown_not_raised()
     own_thread_pool()
+    stacks_on_request()  # a run that times out says where it hung
     if os.environ.get(REFERENCE_ONLY_ENV):
         write_verdict(reference_attempt(params, run), sys.argv[1:])
     else:
@@ -52,6 +54,7 @@ def main_ranks(params: dict[str, Any], run: Callable[..., Any], ops_class: type)
     rank that fails writes its failure for the launcher, and exits non-zero."""
     shown_not_raised()  # as in main
     own_thread_pool()  # a rank is forked from the launcher
+    stacks_on_request()
     rank = os.environ.get("RANK")
     if os.environ.get(REFERENCE_ONLY_ENV):  # the CPU reference: one process, no rank
         return main(params, run, ops_class)

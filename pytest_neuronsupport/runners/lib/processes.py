@@ -1,4 +1,4 @@
-"""Processes: dying with the parent, and how a process ended, in words.
+"""Processes: dying with the parent, their stacks on request, and how a process ended, in words.
 
 Standard library only: both sides use it (the plugin watching a run, a run watching its ranks).
 """
@@ -6,10 +6,20 @@ Standard library only: both sides use it (the plugin watching a run, a run watch
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import signal
 
 #: prctl(2) option: the signal a process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
+#: Asks a run's process for its threads' Python stacks (:func:`stacks_on_request`): the
+#: plugin sends it to each process of a run that timed out, before stopping them.
+STACKS_SIGNAL = signal.SIGUSR1
+
+
+def stacks_on_request() -> None:
+    """On :data:`STACKS_SIGNAL`, write every thread's Python stack to stderr (the run's
+    output), and go on (faulthandler). Inherited by the processes forked after it (ranks)."""
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
 
 
 def die_with_parent() -> None:
