@@ -173,7 +173,7 @@ def stacks(sid: int, log: Path) -> str | None:
     """Where a run hung: each process of its session asked in turn for its threads' stacks
     (:data:`STACKS_SIGNAL`; the script's entry has them written to the run's output), a line
     a thread, its innermost frames first. A process that does not answer (one the run
-    started, a compiler) is stopped by the signal, as it would be a moment later."""
+    started, a compiler's worker) is stopped by the signal, as it would be a moment later."""
     lines = []
     for pid in session_pids(sid):
         start = _size(log)
@@ -181,12 +181,36 @@ def stacks(sid: int, log: Path) -> str | None:
             os.kill(pid, STACKS_SIGNAL)
         except ProcessLookupError:
             continue
-        time.sleep(STACKS_WAIT_S)
-        with log.open("rb") as f:
-            f.seek(start)
-            written = f.read(max(0, _size(log) - start)).decode("utf-8", errors="replace")
+        _written(pid, log, start)
+        try:
+            with log.open("rb") as f:
+                f.seek(start)
+                written = f.read(max(0, _size(log) - start)).decode("utf-8", errors="replace")
+        except OSError:
+            continue
         lines += [f"process {pid}, {thread}" for thread in threads(written)]
     return "\n".join(lines) or None
+
+
+def _written(pid: int, log: Path, start: int) -> None:
+    """Wait (at most :data:`STACKS_WAIT_S`) until the process wrote its stacks (the output
+    grew, then stayed), or ended."""
+    deadline, seen = time.monotonic() + STACKS_WAIT_S, start
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        size = _size(log)
+        if (size > start and size == seen) or not _alive(pid):
+            return
+        seen = size
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process is there and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def threads(dump: str) -> list[str]:
