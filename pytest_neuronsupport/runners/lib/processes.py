@@ -18,8 +18,12 @@ STACKS_SIGNAL = signal.SIGUSR1
 
 def stacks_on_request() -> None:
     """On :data:`STACKS_SIGNAL`, write every thread's Python stack to stderr (the run's
-    output), and go on (faulthandler). Inherited by the processes forked after it (ranks)."""
-    faulthandler.register(STACKS_SIGNAL, all_threads=True)
+    output), and go on (faulthandler). Inherited by the processes forked after it (ranks).
+    Nothing where stderr is no file (closed, or replaced by one in memory)."""
+    try:
+        faulthandler.register(STACKS_SIGNAL, all_threads=True)
+    except (RuntimeError, ValueError, OSError):  # None; io.UnsupportedOperation: no fileno()
+        pass
 
 
 def die_with_parent() -> None:
