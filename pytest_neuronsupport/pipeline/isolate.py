@@ -206,11 +206,18 @@ def _written(pid: int, log: Path, start: int) -> None:
 
 def _alive(pid: int) -> bool:
     """Whether the process is there and not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name (``fields[0]`` is field 3 of
+    proc(5), the state); None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return None
 
 
 def threads(dump: str) -> list[str]:
@@ -232,17 +239,10 @@ def session_rss_bytes(sid: int) -> int:
 
 
 def _session(sid: int) -> Iterator[tuple[int, list[str]]]:
-    """Each process of session ``sid``: its pid and the fields of its ``/proc/PID/stat``
-    after the command's name (``fields[0]`` is field 3 of proc(5), the state)."""
+    """Each process of session ``sid``: its pid and its :func:`_stat` fields."""
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid:  # the session: field 6
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields is not None and int(fields[3]) == sid:  # the session: field 6
             yield int(entry.name), fields
 
 
