@@ -11,6 +11,7 @@ the report.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -104,11 +105,23 @@ class ModelItem(pytest.Item):
         self.modes = list(modes)
         #: What each mode came to, in order (the report carries them to the session).
         self.outcomes: list[ModeOutcome] = []
+        #: Its modes' run, started in a lane before pytest reached the item (``--neuron-lanes``:
+        #: :mod:`.lanes`); None: they run in :meth:`runtest`.
+        self.ahead: Future[None] | None = None
         self.add_marker("neuronsupport")
 
+    def run_modes(self) -> None:
+        """Its modes in order, each outcome kept as its mode ends (the report carries them);
+        its phase file says what it does meanwhile (for the status)."""
+        with self.sweep.phases.running(self.name):
+            for outcome in modes_.test_entry(self.modes, self.sweep, self.spec):
+                self.outcomes.append(outcome)
+
     def runtest(self) -> None:
-        for outcome in modes_.test_entry(self.modes, self.sweep, self.spec):
-            self.outcomes.append(outcome)  # kept as each mode ends: the report carries them
+        if self.ahead is None:
+            self.run_modes()
+        else:
+            self.ahead.result()  # what went wrong in its lane is raised here
         decided = outcomes.pytest_outcome(self.outcomes)
         self.user_properties.extend(decided.properties)
         if decided.outcome == "failed":

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import pytest
 
 from pytest_neuronsupport import report, xdist
-from pytest_neuronsupport.collect import ModelItem
 from pytest_neuronsupport.dataset.layout import phases_dir
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.outcomes import outcomes_of, report_status, skip_reason
@@ -67,14 +66,6 @@ class ProgressDisplay:
         """With a line per model (each names it), no path before pytest's letters."""
         if self.controller:
             self.hide_paths()
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Any:
-        """While a model's test runs, its phase file says what it does (for the status)."""
-        if isinstance(item, ModelItem):
-            with self.session.sweep.phases.running(item.name):
-                return (yield)
-        return (yield)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models to run are known; start counting (controller only)."""

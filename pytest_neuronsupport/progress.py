@@ -180,38 +180,53 @@ def last_phase(log: Path, chars: int = 65536) -> str | None:
 
 
 @dataclass
+class Marked:
+    """The model a thread runs now, since when, and since when its run."""
+
+    model_id: str
+    since: float
+    run_since: float | None = None
+
+
+@dataclass
 class PhaseMarks:
-    """The phase files of the models this process runs (one at a time): the model, since when,
+    """The phase files of the models this process runs: one at a time in each thread that runs
+    models (a process of several ``--neuron-lanes``, one a lane), each its model, since when,
     its step, and the log of the run it waits for."""
 
     #: A model's phase file (:func:`~pytest_neuronsupport.dataset.layout.phase_file`).
     path_of: Callable[[str], Path]
     clock: Callable[[], float] = time.time
-    #: The model running now, since when, and since when its run.
-    current: str | None = None
-    since: float = 0.0
-    run_since: float | None = None
+    _threads: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def current(self) -> Marked | None:
+        """The model this thread runs now (None: none)."""
+        marked: Marked | None = getattr(self._threads, "marked", None)
+        return marked
 
     @contextmanager
     def running(self, model_id: str) -> Iterator[None]:
-        """While ``model_id`` runs: its file says so; gone when it ends."""
-        self.current, self.since, self.run_since = model_id, self.clock(), None
+        """While ``model_id`` runs in this thread: its file says so; gone when it ends."""
+        self._threads.marked = Marked(model_id, self.clock())
         self.mark("starting")
         try:
             yield
         finally:
             with suppress(OSError):  # a file left behind goes with the sweep's folder
                 self.path_of(model_id).unlink(missing_ok=True)
-            self.current = None
+            self._threads.marked = None
 
     def mark(self, step: str, log: Path | None = None) -> None:
-        """The running model's step now (``log``: the run's, whose phase marks follow)."""
-        if self.current is None:
+        """The step now of the model this thread runs (``log``: the run's, whose phase marks
+        follow)."""
+        marked = self.current
+        if marked is None:
             return
-        path = self.path_of(self.current)
-        self.run_since = None if log is None else self.clock()
-        data: dict[str, Any] = {"model_id": self.current, "since": self.since, "step": step}
-        data.update(log=None if log is None else str(log), run_since=self.run_since)
+        path = self.path_of(marked.model_id)
+        marked.run_since = None if log is None else self.clock()
+        data: dict[str, Any] = {"model_id": marked.model_id, "since": marked.since, "step": step}
+        data.update(log=None if log is None else str(log), run_since=marked.run_since)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_name(f".{path.name}.{os.getpid()}")

@@ -34,12 +34,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_neuronsupport.pipeline import stopping
 from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.processes import (
     STACKS_SIGNAL,
@@ -125,6 +127,9 @@ class RunRequest:
     #: Folders the run imports from before the environment (an overlay of packages): first on
     #: its ``PYTHONPATH``; a run with any starts a fresh interpreter under either isolation.
     python_path: Sequence[Path] = ()
+    #: Set when the sweep stops (:mod:`.stopping`): the run is stopped and
+    #: :class:`~.stopping.Stopped` raised, whatever it came to.
+    stop: threading.Event | None = field(default=None, compare=False)
 
     def environment(self) -> dict[str, str]:
         """The run's environment variables, with :attr:`python_path` first on ``PYTHONPATH``."""
@@ -274,6 +279,7 @@ def _watch(
     limit = None if request.max_memory_gb is None else request.max_memory_gb * 1e9
     try:
         while not finished(POLL_S):
+            stopping.check(request.stop, f"{request.script} was running")
             # reading every process's /proc/*/stat costs: only when a limit asks for it
             rss = session_rss_bytes(pid) if limit is not None else 0
             peak = max(peak, rss)

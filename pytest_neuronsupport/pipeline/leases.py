@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import filelock
+
+from pytest_neuronsupport.pipeline import stopping
 
 
 def pid_alive(pid: int) -> bool:
@@ -62,12 +65,16 @@ class Lease:
 class CoreAllocator:
     """Leases of a device's cores, shared by every process that uses the same ``path``."""
 
-    def __init__(self, path: Path, total: int, poll_s: float = 0.2) -> None:
+    def __init__(
+        self, path: Path, total: int, poll_s: float = 0.2, stop: threading.Event | None = None
+    ) -> None:
         if total < 1:
             raise ValueError("a device has at least one core")
         self.path = path
         self.total = total
         self.poll_s = poll_s
+        #: Set when the sweep stops: a wait for cores ends (:mod:`.stopping`).
+        self.stop = stop
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = filelock.FileLock(str(path) + ".lock")
 
@@ -118,7 +125,7 @@ class CoreAllocator:
                 return lease
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no {count} free cores of {self.total} in {timeout_s} s")
-            time.sleep(self.poll_s)
+            stopping.pause(self.stop, self.poll_s, f"it waited for {count} cores")
 
     def add_pid(self, lease: Lease, pid: int) -> Lease:
         """Name one more process (the run itself) as a holder of ``lease``."""
@@ -281,8 +288,11 @@ class HostMemoryGate:
         resident: Callable[[int], int] | None = None,
         poll_s: float = 0.2,
         patience_s: float = PATIENCE_S,
+        stop: threading.Event | None = None,
     ) -> None:
         self.path = path
+        #: Set when the sweep stops: a wait for memory ends (:mod:`.stopping`).
+        self.stop = stop
         self.patience_s = patience_s
         self.available = available or (lambda: available_bytes())
         self.total = total or (lambda: total_memory_bytes())
@@ -391,7 +401,7 @@ class HostMemoryGate:
                     raise TimeoutError(
                         f"no {need / GIB:.1f} GiB of host memory free in {timeout_s} s"
                     )
-                time.sleep(self.poll_s)
+                stopping.pause(self.stop, self.poll_s, "it waited for host memory")
         finally:
             if place is not None:
                 self.release(place)
