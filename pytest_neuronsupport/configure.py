@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, modes, xdist
+from pytest_neuronsupport import baseline, lanes, modes, xdist
 from pytest_neuronsupport.dataset.stores import ResultsError, open_results
 from pytest_neuronsupport.dataset.tables import register
 from pytest_neuronsupport.runners import Runners
@@ -39,6 +39,9 @@ def configure(config: pytest.Config) -> SweepSession:
         problem = check_backend(settings.backend, settings.device, settings.workdir)
         if problem:
             raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
+        problem = lanes.refused(settings.lanes, config)
+        if problem:
+            raise pytest.UsageError(f"neuronsupport: {problem}")
         problem = settings.device.check(os.environ)  # what the runs inherit
         if problem:
             device = settings.device.name

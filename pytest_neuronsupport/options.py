@@ -354,11 +354,20 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "order",
-        "under several xdist workers, the order models start in: cost, largest first (the "
+        "under several xdist workers or lanes, the order models start in: cost, largest first (the "
         "predicted core-seconds: a recorded row's wall time x cores, else its size); list, "
         "the lists' order. Rows, junit and the summary keep the lists' order either way",
         choices=ORDERS,
         default="cost",
+    ),
+    Option(
+        "lanes",
+        "models one pytest process runs at once, each waiting for its own cores: one process "
+        "can then keep a device of many cores busy with small models (without xdist's -n; "
+        "the models start in --neuron-order)",
+        "N",
+        kind="int",
+        default=1,
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

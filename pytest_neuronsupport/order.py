@@ -243,10 +243,10 @@ def workers_of(config: Any) -> tuple[int, int | None, str]:
 
 
 def apply(config: Any, items: list[Any], sweep: Any) -> None:
-    """``--neuron-order cost`` under several workers: the model items in their start order
+    """``--neuron-order cost`` under several workers or lanes: the model items in their start order
     (:func:`start_order`, the same in every worker: :func:`shared_order`)."""
     workers, most, dist = workers_of(config)
-    if sweep.settings.order != "cost" or workers <= 1:
+    if sweep.settings.order != "cost" or workers * sweep.settings.lanes <= 1:
         return
     from pytest_neuronsupport.collect import ModelItem
     from pytest_neuronsupport.dataset.layout import phases_dir

@@ -29,6 +29,7 @@ from pytest_neuronsupport import (
     baseline,
     collect,
     hub,
+    lanes,
     order,
     outcomes,
     report,
@@ -150,6 +151,15 @@ class SweepSession:
         """Without xdist: the models are known (controller only)."""
         if self.controller:
             self.start_prefetch([item.name for item in session.items])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """With ``--neuron-lanes N``: the models run N at a time in this process (:mod:`.lanes`);
+        else pytest's (or xdist's) own loop."""
+        if self.settings.lanes <= 1 or not self.controller:
+            return None
+        lanes.run(session, self.sweep)
+        return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Journal each row the moment its test ends (controller only)."""

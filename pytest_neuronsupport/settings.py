@@ -72,6 +72,8 @@ class Settings:
     #: The sweep's xdist workers (1: none), whose runs share the host's CPUs
     #: (:func:`~pytest_neuronsupport.devices.host_threads`).
     workers: int = 1
+    #: The models one process runs at once (``--neuron-lanes``: :mod:`pytest_neuronsupport.lanes`).
+    lanes: int = declared("lanes")
     #: Where this machine's core leases live (one folder for every sweep on the machine).
     leases: Path = field(default_factory=lambda: declared("leases"))
     #: Every entry is a training test (``--neuron-train``).
@@ -91,6 +93,11 @@ class Settings:
     #: The machine's hourly price (``--neuron-price-per-hour``, or the instance's), and which.
     price_per_hour: float | None = declared("price-per-hour")
     instance: str | None = declared("instance")
+
+    @property
+    def at_once(self) -> int:
+        """The most models the sweep runs at once on this host: its workers' lanes."""
+        return self.workers * self.lanes
 
     @property
     def core_capacity_gb(self) -> float:
@@ -177,8 +184,7 @@ def settings_from(config: pytest.Config) -> Settings:
         shard = parse_shard(shard_text) if shard_text else from_environment(os.environ, shard_count)
     except ShardError as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None
-    cache = get("cache")
-    results = get("results")
+    cache, results = get("cache"), get("results")
     shared = values.text("results")
     if shared is not None and is_shared(shared):
         results = shared_copy(cache, shared)
@@ -216,6 +222,7 @@ def settings_from(config: pytest.Config) -> Settings:
         shard=shard,
         leases=get("leases"),
         workers=int(getattr(config, "workerinput", {}).get("workercount", 1)),
+        lanes=get("lanes"),
         train=get("train"),
         train_max_batch=get("train-max-batch"),
         **perf_settings(values),

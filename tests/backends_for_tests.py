@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,6 +101,8 @@ def _misbehave(how: str) -> None:
         time.sleep(60)
     elif how == "cpu-run-fails":  # the run goes on; its CPU reference will not load
         _fail_the_cpu_reference()
+    elif how == "meet":
+        _meet()
     elif how == "kill-worker":
         # the run's parent is the fork server, whose parent is the xdist worker
         with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as f:
@@ -108,12 +111,29 @@ def _misbehave(how: str) -> None:
         time.sleep(60)
 
 
+#: ``meet``: the folder the runs that are to meet touch a file in, and how long each waits.
+MEET_ENV, MEET_WITHIN_ENV = "NEURONSUPPORT_TEST_MEET", "NEURONSUPPORT_TEST_MEET_WITHIN_S"
+
+
+def _meet() -> None:
+    """Go on only once another run has come here too (both at once: two lanes, or two
+    workers), else raise: a run alone waits ``$NEURONSUPPORT_TEST_MEET_WITHIN_S`` (300 s)."""
+    folder = Path(os.environ[MEET_ENV])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(os.getpid())).touch()
+    deadline = time.monotonic() + float(os.environ.get(MEET_WITHIN_ENV, "300"))
+    while len(list(folder.iterdir())) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError("test-only backend: no other run came while this one waited")
+        time.sleep(0.05)
+
+
 def misbehaving_by_model_backend_for_tests(
     gm: torch.fx.GraphModule, example_inputs: Any
 ) -> Callable[..., Any]:
     """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
-    (``zoo:llama=segfault,zoo:gpt2=abort,...``: raise, segfault, abort, hang, memory,
-    kill-worker, cpu-run-fails (:func:`cpu_run_fails_backend_for_tests`);
+    (``zoo:llama=segfault,zoo:gpt2=abort,...``: raise, segfault, abort, hang, memory, meet
+    (:func:`_meet`), kill-worker, cpu-run-fails (:func:`cpu_run_fails_backend_for_tests`);
     ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the
     graph faithfully for every other model. One sweep can then meet every kind of crash. The
     model is read from run.py's PARAMS (the script is ``__main__``)."""

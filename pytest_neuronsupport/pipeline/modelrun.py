@@ -112,7 +112,7 @@ def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcom
     device (its verdict says ``reference_only``; a runner that ignores the pass fails it or
     says otherwise, and the leased run computes its reference as before)."""
     env = {**run.env, REFERENCE_ENV: str(run.reference), REFERENCE_ONLY_ENV: "1"}
-    env.update(sweep.settings.device.reference_env(run.cores, sweep.settings.workers))
+    env.update(sweep.settings.device.reference_env(run.cores, sweep.settings.at_once))
     stem = f"{run.script.stem}-reference"
     host = host_bytes(run.weight_bytes, None, reference_dtype(run))
     return sweep.run_unleased(run.script, overlay, env, (f"{stem}.json", f"{stem}.log"), host)

@@ -10,6 +10,7 @@ what its rows say; this module only provides what every mode shares.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,9 +23,14 @@ from pytest_neuronsupport.dataset.files import find_row
 from pytest_neuronsupport.dataset.schema import Table
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
-from pytest_neuronsupport.pipeline import prefetch
+from pytest_neuronsupport.pipeline import prefetch, stopping
 from pytest_neuronsupport.pipeline.budget import Budget
-from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
+from pytest_neuronsupport.pipeline.isolate import (
+    Executor,
+    Outcome,
+    RunRequest,
+    executor_for,
+)
 from pytest_neuronsupport.pipeline.leases import GIB, CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
@@ -65,6 +71,14 @@ class Sweep:
         self.sweep_id = sweep_id
         self.hooks = hooks or Hooks()
         self._executor: Executor | None = None
+        self._judge: tuple[str | None] | None = None  # (the judge,) once found
+        #: One model's plan at a time in this process, and one start of its executor and its
+        #: judge: models run at once in its lanes (``--neuron-lanes``), and a zoo model's build
+        #: (seeded), the library's warnings filters and a cached value are the process's.
+        self.one_at_a_time = threading.RLock()
+        #: Set when the sweep stops (an interrupt, ``-x``): no run starts, those going stop
+        #: (:mod:`~pytest_neuronsupport.pipeline.stopping`).
+        self.stopping = threading.Event()
 
     # --- where rows go ------------------------------------------------------------------------
 
@@ -126,23 +140,32 @@ class Sweep:
     def allocator(self) -> CoreAllocator:
         """Leases of this machine's cores of the device, shared by every sweep on it."""
         device = self.settings.device
-        return CoreAllocator(self.settings.leases / f"{device.name}.json", device.core_count())
+        path = self.settings.leases / f"{device.name}.json"
+        return CoreAllocator(path, device.core_count(), stop=self.stopping)
 
     @cached_property
     def host_memory(self) -> HostMemoryGate:
         """The host memory runs hold, shared by every sweep on this machine."""
-        return HostMemoryGate(self.settings.leases / "host-memory.json")
+        return HostMemoryGate(self.settings.leases / "host-memory.json", stop=self.stopping)
 
     @property
     def executor(self) -> Executor:
         """The fork server starts with the first run: a sweep that runs nothing never pays."""
-        if self._executor is None:
-            self._executor = executor_for(self.settings.isolation, self.settings.backend)
-        return self._executor
+        with self.one_at_a_time:
+            if self._executor is None:
+                self._executor = executor_for(self.settings.isolation, self.settings.backend)
+            return self._executor
 
-    @cached_property
+    @property
     def judge(self) -> str | None:
         """The English judge's checkpoint (a zoo model is built on first use)."""
+        with self.one_at_a_time:
+            if self._judge is None:
+                self._judge = (self.find_judge(),)
+            return self._judge[0]
+
+    def find_judge(self) -> str | None:
+        """The judge's checkpoint, found (built, fetched) now."""
         value = self.settings.judge
         if value is None:
             return None
@@ -162,17 +185,18 @@ class Sweep:
         cores it gets (or ``too-large``)."""
         s = self.settings
         self.phases.mark("plan")  # a zoo model is built here on first use
-        with library_warnings():  # the user's -W error is not the model's FAIL(load)
-            planned = plan(spec, s.cache, self.runners)
-        self.phases.mark("preparing")  # the script is next
-        if not sized:
-            return planned
-        return size(
-            planned,
-            max_cores=s.max_cores,
-            device_cores=s.device.core_count(),
-            core_capacity_gb=s.core_capacity_gb,
-        )
+        with self.one_at_a_time:  # building models (on the meta device too) is not for threads
+            with library_warnings():  # the user's -W error is not the model's FAIL(load)
+                planned = plan(spec, s.cache, self.runners)
+            self.phases.mark("preparing")  # the script is next
+            if not sized:
+                return planned
+            return size(
+                planned,
+                max_cores=s.max_cores,
+                device_cores=s.device.core_count(),
+                core_capacity_gb=s.core_capacity_gb,
+            )
 
     def environment(self, defaults: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
         """A run's environment: the sweep's over ``defaults``, the device's, then ``env``."""
@@ -213,7 +237,7 @@ class Sweep:
                 log = script.parent / names[1]
                 log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
                 self.phases.mark(step, log=log)
-                environment.update(s.device.lease_env(lease.cores, s.workers))
+                environment.update(s.device.lease_env(lease.cores, s.at_once))
                 request = self.request(script, environment, names, timeout_s, overlay)
                 request = replace(request, cpus=s.device.cpus(lease.cores))
 
@@ -267,6 +291,7 @@ class Sweep:
     ) -> RunRequest:
         """The isolated run of ``script`` (not pinned), its verdict and log in ``names``."""
         s = self.settings
+        stopping.check(self.stopping, f"{script} was to run")
         return RunRequest(
             script=script,
             cwd=s.workdir,
@@ -276,4 +301,5 @@ class Sweep:
             timeout_s=timeout_s or s.timeout_s,
             max_memory_gb=s.max_memory_gb,
             python_path=() if overlay is None else (overlay,),
+            stop=self.stopping,
         )

@@ -1,0 +1,177 @@
+"""``--neuron-lanes``: several models at once in one pytest process (pytest_neuronsupport/lanes.py).
+
+The sweeps here are real sweeps of tiny zoo models whose runs meet: each waits at its compile
+until another run has come too (``meet``, tests/backends_for_tests.py), which only models
+running at once can do, whatever the machine's load."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuronsupport.dataset.layout import phase_file, phases_dir
+from pytest_neuronsupport.progress import PhaseMarks, read_running
+from pytest_neuronsupport.runners.lib.warned import SharedFilters, library_warnings
+from tests.backends_for_tests import MEET_ENV, MEET_WITHIN_ENV
+from tests.sweeping import SweepRunner
+
+MISBEHAVING = "backends_for_tests:misbehaving_by_model_backend_for_tests"
+
+
+def meeting(tmp_path: Path, how: dict[str, str], within_s: float = 300) -> dict[str, str]:
+    """The environment of a sweep whose models misbehave as ``how`` says (meet, hang...)."""
+    return {
+        "NEURONSUPPORT_TEST_MISBEHAVIOUR": ",".join(f"{m}={h}" for m, h in how.items()),
+        MEET_ENV: str(tmp_path / "met"),
+        MEET_WITHIN_ENV: str(within_s),
+    }
+
+
+@pytest.mark.slow
+def test_two_lanes_run_two_models_at_once_and_report_each_as_it_ends(
+    sweep: SweepRunner, tmp_path: Path
+) -> None:
+    """zoo:bert and zoo:gpt2 each go on only once the other is running too; zoo:llama, listed
+    first and larger, starts first and ends while they wait for each other."""
+    env = meeting(tmp_path, {"zoo:bert": "meet", "zoo:gpt2": "meet"})
+    entries = [
+        {"id": "zoo:bert", "parameters": 10**6},
+        {"id": "zoo:llama", "parameters": 10**8},
+        {"id": "zoo:gpt2", "parameters": 10**6},
+    ]
+    done = sweep.run(*entries, backend=MISBEHAVING, args=["--neuron-lanes", "2"], env=env)
+    done.result.assert_outcomes(passed=3)
+    assert {m: r["result"] for m, r in done.rows.items()} == dict.fromkeys(
+        ["zoo:bert", "zoo:gpt2", "zoo:llama"], "PASS"
+    )
+    assert len(list((tmp_path / "met").iterdir())) == 2  # both runs came to the meeting
+    assert list(done.testcases) == ["zoo:bert", "zoo:llama", "zoo:gpt2"]  # junit: list order
+
+
+@pytest.mark.slow
+def test_one_lane_runs_one_model_at_a_time(sweep: SweepRunner, tmp_path: Path) -> None:
+    """The same meeting without lanes: the first to come waits alone and fails, and the
+    second, alone too, fails: what the test above passes is its lanes."""
+    env = meeting(tmp_path, {"zoo:bert": "meet", "zoo:gpt2": "meet"}, within_s=2)
+    done = sweep.run("zoo:bert", "zoo:gpt2", backend=MISBEHAVING, env=env)
+    bert = done.row("zoo:bert")
+    assert bert["result"] == "FAIL(forward)"
+    assert "no other run came" in bert["error"]
+
+
+@pytest.mark.slow
+def test_a_sweep_that_stops_stops_its_lanes_and_records_no_row_of_theirs(
+    sweep: SweepRunner, tmp_path: Path
+) -> None:
+    """``-x``: zoo:gpt2 fails at once while zoo:llama hangs in the other lane, with a timeout
+    of an hour: the sweep stops, and stops the hanging run at once, without a row."""
+    env = meeting(tmp_path, {"zoo:gpt2": "raise", "zoo:llama": "hang"})
+    entries = [{"id": "zoo:llama", "parameters": 10**8}, {"id": "zoo:gpt2", "parameters": 10**6}]
+    args = ["--neuron-lanes", "2", "-x", "--neuron-timeout", "3600"]
+    done = sweep.start(*entries, backend=MISBEHAVING, args=args, env=env).wait(timeout=600)
+    assert done.result.ret == pytest.ExitCode.TESTS_FAILED
+    assert done.row("zoo:gpt2")["result"].startswith("FAIL")
+    assert "zoo:llama" not in done.rows  # stopped, not a verdict: no row
+    assert "zoo:llama" not in done.testcases
+    done.result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+
+
+def test_lanes_under_xdist_are_refused(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--neuron-sweep", "--neuron-lanes", "2", "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-lanes 2 runs the models of one process at once*"])
+    result = pytester.runpytest("--neuron-sweep", "--neuron-lanes", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-lanes must be positive, not 0*"])
+
+
+def test_lanes_start_the_largest_first(sweep: SweepRunner) -> None:
+    entries = [{"id": f"zoo:{m}", "parameters": p} for m, p in [("bert", 1), ("gpt2", 9)]]
+    listed = sweep.run(*entries, args=["--collect-only", "-q"])
+    laned = sweep.run(*entries, args=["--collect-only", "-q", "--neuron-lanes", "2"])
+    assert next(ln for ln in listed.result.outlines if "::" in ln).endswith("zoo:bert")
+    assert next(ln for ln in laned.result.outlines if "::" in ln).endswith("zoo:gpt2")
+
+
+def test_each_lane_marks_the_phases_of_its_own_model(tmp_path: Path) -> None:
+    marks = PhaseMarks(lambda m: phase_file(tmp_path, "s", m), clock=lambda: 1.0)
+    in_b, marked = threading.Event(), threading.Event()
+
+    def lane_b() -> None:
+        with marks.running("zoo:b"):
+            in_b.set()
+            marked.wait(30)
+            marks.mark("gen")
+
+    other = threading.Thread(target=lane_b)
+    other.start()
+    in_b.wait(30)
+    with marks.running("zoo:a"):
+        marks.mark("plan")
+        marked.set()
+        other.join(30)
+        steps = {r.model_id: r.phase for r in read_running(phases_dir(tmp_path, "s"), 2.0)}
+    assert steps == {"zoo:a": "plan"}  # zoo:b ended: its file went; its mark was its own
+    assert marks.current is None
+
+
+def test_a_lanes_library_warning_is_shown_under_an_error_filter() -> None:
+    filters = SharedFilters()
+    seen: list[Any] = []
+
+    def lane() -> None:
+        try:
+            with filters.relied_on():
+                warnings.warn("a library's warning", UserWarning, stacklevel=1)
+            seen.append("shown")
+        except UserWarning:
+            seen.append("raised")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")
+        with filters.among_threads():
+            warnings.simplefilter("always", UserWarning)  # recorded, each time
+            thread = threading.Thread(target=lane)
+            thread.start()
+            thread.join(30)
+        with pytest.raises(UserWarning):  # the user's filter, as it was
+            warnings.warn("the user's own", UserWarning, stacklevel=1)
+    assert seen == ["shown"] and [str(w.message) for w in caught] == ["a library's warning"]
+
+
+def test_a_swap_of_the_filters_waits_for_the_lanes_relying_on_them() -> None:
+    filters = SharedFilters()
+    order: list[str] = []
+    relying, swapping = threading.Event(), threading.Event()
+
+    def lane() -> None:
+        with filters.relied_on():
+            relying.set()
+            swapping.wait(30)
+            order.append("lane done")
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    relying.wait(30)
+    swapper = threading.Thread(target=lambda: (filters.swapped().__enter__(), order.append("swap")))
+    swapper.start()
+    swapper.join(0.2)  # it waits: a lane relies on the filters
+    assert order == []
+    swapping.set()
+    thread.join(30)
+    swapper.join(30)
+    assert order == ["lane done", "swap"]
+
+
+def test_library_warnings_outside_lanes_swap_the_filters_as_before() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")
+        with library_warnings():
+            warnings.warn("shown", UserWarning, stacklevel=1)
+        with pytest.raises(UserWarning):
+            warnings.warn("raised", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["shown"]
