@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -214,8 +214,8 @@ def resident_bytes(pid: int) -> int:
     return 0
 
 
-def with_descendants(pids: Iterable[int]) -> set[int]:
-    """``pids`` and every process below them (a run's ranks, its reference's process)."""
+def process_children() -> dict[int, list[int]]:
+    """Each process's children, by its pid (one scan of ``/proc``)."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
@@ -226,6 +226,15 @@ def with_descendants(pids: Iterable[int]) -> set[int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def with_descendants(
+    pids: Iterable[int], children: Mapping[int, Sequence[int]] | None = None
+) -> set[int]:
+    """``pids`` and every process below them (a run's ranks, its reference's process);
+    ``children``: :func:`process_children`, scanned now unless given."""
+    children = process_children() if children is None else children
     found, todo = set(), list(pids)
     while todo:
         pid = todo.pop()
@@ -293,6 +302,8 @@ class HostMemoryGate:
         self.path = path
         #: Set when the sweep stops: a wait for memory ends (:mod:`.stopping`).
         self.stop = stop
+        self._scanned: tuple[float, Mapping[int, Sequence[int]]] = (float("-inf"), {})
+        self._scanned_lock = threading.Lock()
         self.patience_s = patience_s
         self.available = available or (lambda: available_bytes())
         self.total = total or (lambda: total_memory_bytes())
@@ -349,10 +360,15 @@ class HostMemoryGate:
             self._write(live)
             return live
 
-    def free(self, holds: Iterable[Hold]) -> int:
-        """Available memory less what ``holds`` reserved and do not use yet."""
+    def free(
+        self, holds: Iterable[Hold], children: Mapping[int, Sequence[int]] | None = None
+    ) -> int:
+        """Available memory less what ``holds`` reserved and do not use yet (``children``:
+        :func:`process_children`, scanned now unless given)."""
         holds = list(holds)
-        runs = {h.token: with_descendants(h.runs) if h.runs else set() for h in holds}
+        if children is None and any(h.runs for h in holds):
+            children = process_children()
+        runs = {h.token: with_descendants(h.runs, children) if h.runs else set() for h in holds}
         unused = sum(max(0, h.bytes - sum(map(self.resident, runs[h.token]))) for h in holds)
         return self.available() - unused
 
@@ -360,11 +376,13 @@ class HostMemoryGate:
         """Hold ``need`` bytes if they are free now beside what is kept for the runs in line
         before ``place`` (its place in line; None: behind all) that have waited past the
         patience, or if nothing holds any and none of those waits; else None."""
+        children = self._children()  # the scan of /proc, outside the lock: a run newer than
+        # it counts as using nothing of its hold yet, which errs on the safe side
         with self._lock:
             live = [h for h in self._read() if h.alive()]
             held = [h for h in live if h.waiting_since is None]
             kept = sum(h.bytes for h in self._patient(live, place))
-            free = self.free(held) - kept
+            free = self.free(held, children) - kept
             if (held or kept) and need > free:
                 self._write(live)
                 return None
@@ -372,6 +390,17 @@ class HostMemoryGate:
             hold = Hold(need, (pid or os.getpid(),), os.urandom(8).hex(), alone=alone)
             self._write([*(h for h in live if place is None or h.token != place.token), hold])
             return hold
+
+    def _children(self) -> Mapping[int, Sequence[int]]:
+        """:func:`process_children`, scanned at most once a ``poll_s`` for every thread of
+        this process that waits here (a process of 64 lanes would otherwise scan ``/proc``
+        hundreds of times a second)."""
+        with self._scanned_lock:
+            at, children = self._scanned
+            if time.monotonic() - at >= self.poll_s:
+                children = process_children()
+                self._scanned = (time.monotonic(), children)
+            return children
 
     def _patient(self, live: list[Hold], place: Hold | None) -> list[Hold]:
         """The runs in line before ``place`` (None: all of them) that waited past the patience."""
