@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_model import (
+    COMPILER_ENV,
     DOWNLOADED_UNDER,
     GB,
     MAX_CORES,
@@ -198,7 +199,7 @@ def figures(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """The benchmark's figures, in simulated seconds (real ones x ``args.scale``)."""
-    scale, cores, workers = args.scale, args.cores, max(1, args.workers)
+    scale, cores, at_once = args.scale, args.cores, max(1, args.workers) * args.lanes
     run = [m for m in models if m.cores is not None]
     busy_core_s = sum(m.cores * m.busy_s for m in run if m.cores)
     longest = max((m.busy_s for m in run), default=0.0)
@@ -231,7 +232,7 @@ def figures(
     own_core_s = sum(held[t]["count"] * v for t, v in own.items())
     unscaled = leased - own_core_s + own_core_s / scale  # the sweep's own time at real speed
     by_worker: dict[int, list[dict[str, Any]]] = {}
-    for lz in held.values():
+    for lz in held.values() if args.lanes == 1 else ():  # a lane's leases are not told apart
         by_worker.setdefault(min(lz["pids"]), []).append(lz)  # the worker: its oldest holder
     gaps = [
         b["start"] - a["end"]
@@ -269,10 +270,21 @@ def figures(
         "idle_own_unscaled": 1 - busy / unscaled,
         "runs": len(mine),
         "leases_without_a_run": sum(1 for t, lz in leases.items() if t not in mine),
-        "workers_bound_s": sum(m.busy_s for m in run) / workers,
+        "workers_bound_s": sum(m.busy_s for m in run) / at_once,
         "workers_bound_today_s": sum(m.download_s + m.busy_s + m.reference_s for m in run)
-        / workers,
+        / at_once,
+        "host_bound_s": host_bound(events, args) * scale,
+        "references": sum(1 for e in events if e["phase"] == "reference"),
     }
+
+
+def host_bound(events: list[dict[str, Any]], args: argparse.Namespace) -> float:
+    """The host's lower bound on the makespan, in real seconds: the memory-seconds of the
+    phases that ran (the references computed, the compiles and device runs) over the host's
+    memory. A sweep that holds its phases' memory, and no more than the host has, takes at
+    least that long; the references of the largest models dominate it."""
+    area = sum((e["end"] - e["start"]) * e["host_bytes"] for e in events)
+    return area / (args.host_tib * TIB)
 
 
 # --- the sweep ----------------------------------------------------------------------------------
@@ -323,6 +335,16 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models", type=int, default=1000)
     parser.add_argument("--cores", type=int, default=64, help="the simulated device's cores")
     parser.add_argument("--workers", type=int, default=16, help="xdist workers (-n)")
+    parser.add_argument(
+        "--lanes", type=int, default=1, help="models a pytest process runs at once (--neuron-lanes)"
+    )
+    parser.add_argument(
+        "--nights",
+        type=int,
+        default=1,
+        help="sweeps in turn, each with a new compiler version (every model runs again; its "
+        "files and its CPU reference are cached since the first): figures of each",
+    )
     parser.add_argument("--scale", type=float, default=20.0, help="simulated s per real s")
     parser.add_argument("--bandwidth", type=float, default=0.5, help="GB/s of a download")
     parser.add_argument("--host-tib", type=float, default=2.0, help="the host's memory")
@@ -378,9 +400,13 @@ def main() -> None:
         return
     work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-fleet-"))
     warn_of_slow_imports()
-    measured = sweep(args, work)
-    (work / "measured.json").write_text(json.dumps(measured, default=sorted))
-    analyse(args, measured)
+    for measured in sweep(args, work):
+        k = measured["night"]
+        name = "measured.json" if k == 1 else f"measured-night-{k}.json"
+        (work / name).write_text(json.dumps(measured, default=sorted))
+        if args.nights > 1:
+            print(f"night {measured['night']} of {args.nights}")
+        analyse(args, measured)
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -400,8 +426,9 @@ def warn_of_slow_imports() -> None:
         )
 
 
-def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Serve the fleet, sweep it, and return what was measured (the leases, the clock)."""
+def sweep(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """Serve the fleet, sweep it ``args.nights`` times, and return what was measured each time
+    (the leases, the clock)."""
     workers = max(1, args.workers)
     shutil.rmtree(work, ignore_errors=True)
     (work / "events").mkdir(parents=True)
@@ -441,32 +468,49 @@ def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             *("--neuron-results", str(work / "results"), "--neuron-leases", str(work / "leases")),
             *("-p", "fleet_plugin_for_benchmark", "-p", "no:cacheprovider", "-q"),
             *(["-n", str(args.workers)] if args.workers else []),
+            *plugin_options([f"lanes={args.lanes}"] if args.lanes > 1 else []),
             *plugin_options(args.neuron),
             *args.pytest_args,
         ]
-        watch = LeaseWatch(work / "leases" / "cpu.json", args.poll_ms / 1000)
-        watch.start()
-        started = time.time()
-        with (work / "pytest.log").open("w") as log:
-            done = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wall = time.time() - started
-        watch.stop()
-    tail = (work / "pytest.log").read_text().strip().splitlines()[-3:]
+        return [night(args, work, command, env, k) for k in range(1, args.nights + 1)]
+
+
+def night(
+    args: argparse.Namespace, work: Path, command: list[str], env: dict[str, str], k: int
+) -> dict[str, Any]:
+    """The ``k``-th sweep of the fleet, with the ``k``-th compiler version (every model's pair
+    is new: all run again; their files and CPU references are in the caches since the
+    first): what was measured."""
+    events = work / "events"
+    if k > 1:  # the last night's events apart, the warm-ups again
+        (events / "events.jsonl").rename(events / f"events-night-{k - 1}.jsonl")
+        shutil.rmtree(events / "warm", ignore_errors=True)
+    env = {**env, COMPILER_ENV: f"night-{k}"}
+    watch = LeaseWatch(work / "leases" / "cpu.json", args.poll_ms / 1000)
+    watch.start()
+    started = time.time()
+    log_path = work / ("pytest.log" if k == 1 else f"pytest-night-{k}.log")
+    with log_path.open("w") as log:
+        done = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+    wall = time.time() - started
+    watch.stop()
+    tail = log_path.read_text().strip().splitlines()[-3:]
     if done.returncode not in (0, 1):
-        why = f"the sweep failed ({done.returncode}); see {work / 'pytest.log'}:\n"
+        why = f"the sweep failed ({done.returncode}); see {log_path}:\n"
         sys.exit(why + "\n".join(tail))
-    warm_dir = work / "events" / "warm"
+    warm_dir = events / "warm"
     warm = [p.stat().st_mtime for p in warm_dir.iterdir()] if warm_dir.is_dir() else []
     return {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "night": k,
         "summary": tail[-1],
         "started": started,
         "wall_s": wall,
         "t0": max(warm, default=started),
         "warm": len(warm),
-        "workers": workers,
+        "workers": max(1, args.workers),
         "leases": watch.seen,
-        "events": (work / "events" / "events.jsonl").read_text(),
+        "events": (events / "events.jsonl").read_text(),
     }
 
 
@@ -506,6 +550,7 @@ def report(
     print(
         f"fleet: {len(models)} models ({len(run)} sized to at most {MAX_CORES} cores, "
         f"{len(models) - len(run)} larger), {args.cores} simulated cores, -n {args.workers}, "
+        f"{args.lanes} lane{'s' if args.lanes > 1 else ''}, "
         f"scale {args.scale:g}, downloads at {args.bandwidth:g} GB/s, seed {args.seed}"
     )
     shares = ", ".join(
@@ -524,14 +569,23 @@ def report(
         f"(device work {found['busy_core_s'] / h:.0f} core-h / {args.cores} cores; the longest "
         f"model's {found['longest_s'] / 60:.0f} min): {ratio:.2f}x (target <= 1.15)"
     )
+    host_bound_s = found.get("host_bound_s", 0.0)
     print(
-        f"  {args.workers} workers, a model at a time each: their device work alone takes "
+        f"  the host's bound: {host_bound_s / h:.2f} h (the memory-seconds of the phases that "
+        f"ran, {found.get('references', 0)} CPU references among them, over "
+        f"{args.host_tib:g} TiB): makespan / the larger bound "
+        f"{found['makespan_s'] / max(found['bound_s'], host_bound_s):.2f}x"
+    )
+    at_once = max(1, args.workers) * args.lanes
+    print(
+        f"  {at_once} at once ({args.workers} workers, {args.lanes} lanes each), a model at a time "
+        "each: their device work alone takes "
         f"{found['workers_bound_s'] / h:.2f} h, with today's phases "
         f"{found['workers_bound_today_s'] / h:.2f} h; cores leased on average "
         f"{found['mean_cores_leased']:.1f} of {args.cores}"
     )
     between_s = found["own_between_leases_ms"] / 1000 * args.scale
-    print_schedule(models, args.cores, between_s, args.workers)
+    print_schedule(models, args.cores, between_s, at_once)
     last = found["last"]
     print(
         f"  last to finish: {last['model']} on {last['cores']} cores, leased "

@@ -85,6 +85,9 @@ REFERENCE_S = {"decoder": (3.0, 3.0), "seq2seq": (3.0, 3.0), "encoder": (2.0, 2.
 #: ``sizing.host_holds_fp64``), and 2 GB.
 RUN_HOST_GB_A_CORE = 4.0
 REFERENCE_HOST_GB = 2.0
+#: The compiler version the stand-in device says (a night's of ``fleet.py --nights``; unset: the
+#: CPU device's own).
+COMPILER_ENV = "FLEET_COMPILER_FOR_BENCHMARK"
 
 
 @dataclass(frozen=True)

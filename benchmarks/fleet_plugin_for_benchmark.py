@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet_model import COMPILER_ENV
+
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.pipeline import leases, sizing
 from pytest_neuronsupport.runners import Runner
@@ -58,6 +60,12 @@ class Trn2ForBenchmark(devices.CpuDevice):
 
     def cpus(self, cores: Sequence[int]) -> list[int] | None:
         return None
+
+    def compiler(self, backend: str) -> tuple[str, str]:
+        """The compiler, and its version: a night's (``fleet.py --nights``), else its own. A
+        new version is a new pair of the dataset: every model runs again."""
+        name, version = super().compiler(backend)
+        return name, os.environ.get(COMPILER_ENV, version)
 
 
 def simulated_available_bytes() -> int:
