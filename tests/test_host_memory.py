@@ -19,12 +19,14 @@ import pytest
 
 from pytest_neuronsupport.pipeline.leases import (
     GIB,
+    Hold,
     HostMemoryGate,
     HostMemoryWarning,
     host_bytes,
     resident_bytes,
     with_descendants,
 )
+from pytest_neuronsupport.pipeline.stopping import Stopped
 
 
 def gate(
@@ -246,3 +248,52 @@ def test_a_run_waiting_for_host_memory_says_so_until_it_is_free(tmp_path: Path) 
     held_gate.release(other)
     thread.join(30)
     assert entered.is_set()
+
+
+class CountingGate(HostMemoryGate):
+    """The gate, counting its reads of the holds' file (what its waiting threads cost)."""
+
+    reads = 0
+
+    def _read(self) -> list[Hold]:
+        CountingGate.reads += 1
+        return super()._read()
+
+
+def test_threads_that_cannot_fit_wait_without_reading_the_file_each_poll(tmp_path: Path) -> None:
+    """16 threads of one process (16 lanes) wait for more than is free: one look a poll serves
+    them all, not one each (256 lanes read the file under its lock a thousand times a second)."""
+    g = CountingGate(
+        tmp_path / "host-memory.json",
+        available=lambda: 10 * GIB,
+        total=lambda: 16 * GIB,
+        poll_s=0.05,
+        stop=threading.Event(),
+    )
+    first = g.try_hold(8 * GIB)
+    assert first is not None
+    waiting = [
+        threading.Thread(target=lambda: suppress_stopped(g, 9 * GIB), daemon=True)
+        for _ in range(16)
+    ]
+    for thread in waiting:
+        thread.start()
+    while len(g.waiting()) < 16:
+        time.sleep(0.01)
+    CountingGate.reads = 0
+    time.sleep(1.0)  # 20 polls: 320 reads were each thread to look each time
+    reads = CountingGate.reads
+    assert g.stop is not None
+    g.stop.set()
+    for thread in waiting:
+        thread.join(timeout=30)
+    assert reads <= 80, reads
+    g.release(first)
+    assert g.try_hold(9 * GIB) is not None  # what it saw is forgotten at a release
+
+
+def suppress_stopped(g: HostMemoryGate, need: int) -> None:
+    try:
+        g.acquire(need)
+    except Stopped:
+        pass

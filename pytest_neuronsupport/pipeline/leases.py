@@ -62,6 +62,32 @@ class Lease:
         return any(pid_alive(p) for p in self.pids)
 
 
+class Seen:
+    """What the last look at a shared file of leases or holds found free (cores, or bytes), for
+    the threads of this process that wait there: one that needs more than that, seen less than a
+    poll ago, waits without looking again. A process of 256 lanes would otherwise read the file,
+    under its lock, a thousand times a second; one look a poll serves them all. A release by
+    this process forgets what was seen."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.poll_s = poll_s
+        self._at, self._free = float("-inf"), 0.0
+        self._lock = threading.Lock()
+
+    def saw(self, free: float) -> None:
+        with self._lock:
+            self._at, self._free = time.monotonic(), free
+
+    def forget(self) -> None:
+        with self._lock:
+            self._at = float("-inf")
+
+    def hopeless(self, need: float) -> bool:
+        """Whether ``need`` exceeds what was free a moment ago (no need to look again yet)."""
+        with self._lock:
+            return time.monotonic() - self._at < self.poll_s and need > self._free
+
+
 class CoreAllocator:
     """Leases of a device's cores, shared by every process that uses the same ``path``."""
 
@@ -75,6 +101,7 @@ class CoreAllocator:
         self.poll_s = poll_s
         #: Set when the sweep stops: a wait for cores ends (:mod:`.stopping`).
         self.stop = stop
+        self.seen = Seen(poll_s)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = filelock.FileLock(str(path) + ".lock")
 
@@ -108,6 +135,7 @@ class CoreAllocator:
         with self._lock:
             live = [x for x in self._read() if x.alive()]
             taken = {c for x in live for c in x.cores}
+            self.seen.saw(self.total - len(taken))
             for start in range(0, self.total - count + 1, count):
                 if taken.isdisjoint(range(start, start + count)):
                     lease = Lease(start, count, (pid or os.getpid(),), os.urandom(8).hex())
@@ -120,7 +148,7 @@ class CoreAllocator:
         """Wait for an aligned range of ``count`` cores."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            lease = self.try_acquire(count)
+            lease = None if self.seen.hopeless(count) else self.try_acquire(count)
             if lease is not None:
                 return lease
             if deadline is not None and time.monotonic() > deadline:
@@ -138,6 +166,7 @@ class CoreAllocator:
     def release(self, lease: Lease) -> None:
         with self._lock:
             self._write([x for x in self._read() if x.token != lease.token])
+        self.seen.forget()
 
     @contextmanager
     def lease(self, count: int) -> Iterator[Lease]:
@@ -302,6 +331,7 @@ class HostMemoryGate:
         self.path = path
         #: Set when the sweep stops: a wait for memory ends (:mod:`.stopping`).
         self.stop = stop
+        self.seen = Seen(poll_s)
         self._scanned: tuple[float, Mapping[int, Sequence[int]]] = (float("-inf"), {})
         self._scanned_lock = threading.Lock()
         self.patience_s = patience_s
@@ -382,7 +412,9 @@ class HostMemoryGate:
             live = [h for h in self._read() if h.alive()]
             held = [h for h in live if h.waiting_since is None]
             kept = sum(h.bytes for h in self._patient(live, place))
-            free = self.free(held, children) - kept
+            free = self.free(held, children)
+            self.seen.saw(free if held or kept else float("inf"))  # nothing held: any goes in
+            free -= kept
             if (held or kept) and need > free:
                 self._write(live)
                 return None
@@ -420,7 +452,8 @@ class HostMemoryGate:
         place = None
         try:
             while True:
-                hold = self.try_hold(need, place=place)
+                hopeless = place is not None and self.seen.hopeless(need)  # first: in line
+                hold = None if hopeless else self.try_hold(need, place=place)
                 if hold is not None:
                     place = None  # taken out of the line with the hold
                     return hold
@@ -451,6 +484,7 @@ class HostMemoryGate:
     def release(self, hold: Hold) -> None:
         with self._lock:
             self._write([h for h in self._read() if h.token != hold.token])
+        self.seen.forget()
 
     @contextmanager
     def hold(self, need: int | None) -> Iterator[Hold | None]:
