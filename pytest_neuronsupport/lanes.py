@@ -32,6 +32,11 @@ from pytest_neuronsupport.collect import ModelItem
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.warned import FILTERS
 
+#: The mark of a model reported while lanes run: pytest swaps the process's warnings filters
+#: for each report (its ``filterwarnings`` ini key, ``-W``), and a lane's library call meanwhile
+#: meets them: the mark, applied last, makes every warning shown there, never raised.
+SHOWN = pytest.mark.filterwarnings("default")
+
 
 def refused(lanes: int, config: pytest.Config) -> str | None:
     """Why ``lanes`` cannot be used with the session's options (None: they can)."""
@@ -72,14 +77,14 @@ def in_lanes(session: pytest.Session, sweep: Sweep, models: list[ModelItem]) -> 
     try:
         with FILTERS.among_threads():
             for item in models:  # in the session's order: the pool starts them so
+                item.add_marker(SHOWN)  # its report shows the lanes' warnings (SharedFilters)
                 item.ahead = lanes.submit(item.run_modes)
                 started[item.ahead] = item
             going = set(started)
             while going:
                 ended, going = wait(going, return_when=FIRST_COMPLETED)
                 for future in sorted(ended, key=lambda f: place[started[f].nodeid]):
-                    with FILTERS.swapped():  # pytest swaps the filters for each report
-                        report(started[future])
+                    report(started[future])
                     stop_if_asked(session)
     finally:
         sweep.stopping.set()  # no model starts now; those going stop

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_neuronsupport.dataset.layout import phase_file, phases_dir
 from pytest_neuronsupport.progress import PhaseMarks, read_running
-from pytest_neuronsupport.runners.lib.warned import SharedFilters, library_warnings
+from pytest_neuronsupport.runners.lib.warned import FILTERS, SharedFilters, library_warnings
 from tests.backends_for_tests import MEET_ENV, MEET_WITHIN_ENV
 from tests.sweeping import SweepRunner
 
@@ -125,8 +125,7 @@ def test_a_lanes_library_warning_is_shown_under_an_error_filter() -> None:
 
     def lane() -> None:
         try:
-            with filters.relied_on():
-                warnings.warn("a library's warning", UserWarning, stacklevel=1)
+            warnings.warn("a library's warning", UserWarning, stacklevel=1)
             seen.append("shown")
         except UserWarning:
             seen.append("raised")
@@ -143,28 +142,39 @@ def test_a_lanes_library_warning_is_shown_under_an_error_filter() -> None:
     assert seen == ["shown"] and [str(w.message) for w in caught] == ["a library's warning"]
 
 
-def test_a_swap_of_the_filters_waits_for_the_lanes_relying_on_them() -> None:
-    filters = SharedFilters()
-    order: list[str] = []
-    relying, swapping = threading.Event(), threading.Event()
+def test_a_lane_leaves_the_filters_to_the_main_thread() -> None:
+    """In a lane, library_warnings swaps nothing: a swap there would undo the main thread's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with FILTERS.among_threads():
+            before = warnings.filters
+            thread = threading.Thread(target=lambda: library_warnings().__enter__())
+            thread.start()
+            thread.join(30)
+            assert warnings.filters is before
 
-    def lane() -> None:
-        with filters.relied_on():
-            relying.set()
-            swapping.wait(30)
-            order.append("lane done")
 
-    thread = threading.Thread(target=lane)
-    thread.start()
-    relying.wait(30)
-    swapper = threading.Thread(target=lambda: (filters.swapped().__enter__(), order.append("swap")))
-    swapper.start()
-    swapper.join(0.2)  # it waits: a lane relies on the filters
-    assert order == []
-    swapping.set()
-    thread.join(30)
-    swapper.join(30)
-    assert order == ["lane done", "swap"]
+@pytest.mark.slow
+def test_a_model_reported_while_lanes_run_shows_every_warning(sweep: SweepRunner) -> None:
+    """The mark on each model of a sweep in lanes: pytest's filters for its report, applied
+    while lanes run library code, show warnings, whatever ``-W`` says."""
+    sweep.makeconftest(WARNS_AT_REPORT)
+    done = sweep.run("zoo:bert", args=["--neuron-lanes", "2", "-W", "error::UserWarning"])
+    done.result.assert_outcomes(passed=1)
+    done.result.stdout.fnmatch_lines(["*UserWarning: warned while zoo:bert was reported*"])
+
+
+#: A conftest that warns while each model is reported (as a lane's library call may then).
+WARNS_AT_REPORT = """
+import warnings
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    warnings.warn(f"warned while {item.name} was reported", UserWarning)
+    return (yield)
+"""
 
 
 def test_library_warnings_outside_lanes_swap_the_filters_as_before() -> None:

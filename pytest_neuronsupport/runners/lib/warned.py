@@ -32,16 +32,13 @@ class SharedFilters:
     ``catch_warnings`` swaps the filters of the whole process, and two threads that swap them
     in turn restore each other's: a lane's library call could then meet the user's ``error``
     filter. So while lanes run (:meth:`among_threads`, in the main thread) the filters are made
-    to show, once, for every thread; a lane's :func:`library_warnings` changes nothing and only
-    says it relies on them (a reader); the main thread's pytest work that swaps them for a
-    test's report (:meth:`swapped`) waits until no lane relies on them, and lanes wait while it
-    swaps (a writer, served first)."""
+    to show, once, for every thread, and a lane's :func:`library_warnings` changes nothing. The
+    main thread alone swaps them meanwhile, in turn, to report each model (pytest's own
+    ``catch_warnings``), where the model's ``filterwarnings("default")`` mark shows every
+    warning too (:mod:`pytest_neuronsupport.lanes`)."""
 
     def __init__(self) -> None:
         self.shared = False
-        self._turns = threading.Condition()
-        self._readers = 0
-        self._writers = 0  # waiting or swapping
 
     @contextmanager
     def among_threads(self) -> Iterator[None]:
@@ -54,33 +51,6 @@ class SharedFilters:
             finally:
                 self.shared = False
 
-    @contextmanager
-    def relied_on(self) -> Iterator[None]:
-        """A lane's library call: the filters stay as they are while it runs."""
-        with self._turns:
-            self._turns.wait_for(lambda: self._writers == 0)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._turns:
-                self._readers -= 1
-                self._turns.notify_all()
-
-    @contextmanager
-    def swapped(self) -> Iterator[None]:
-        """The main thread's work that may swap the filters (a test's report, pytest's own
-        ``catch_warnings``): alone with them."""
-        with self._turns:
-            self._writers += 1
-            self._turns.wait_for(lambda: self._readers == 0)
-        try:
-            yield
-        finally:
-            with self._turns:
-                self._writers -= 1
-                self._turns.notify_all()
-
 
 #: The process's filters, shared by its lanes (:class:`SharedFilters`).
 FILTERS = SharedFilters()
@@ -89,13 +59,12 @@ FILTERS = SharedFilters()
 @contextmanager
 def library_warnings() -> Iterator[None]:
     """Within: warnings are shown, never raised (:func:`shown_not_raised`); the filters as
-    they were afterwards. In a lane (another thread while :attr:`FILTERS` is shared): the
-    filters already show, and stay as they are while the block runs. Not for other threads:
+    they were afterwards. In a lane (another thread while :attr:`FILTERS` is shared): nothing
+    to do, the filters show already. Not for other threads:
     ``catch_warnings`` swaps the process's filters, so a thread's use would undo pytest's (the
     prefetch thread's failures are met again by the model's own fetch, which is wrapped)."""
     if FILTERS.shared and threading.current_thread() is not threading.main_thread():
-        with FILTERS.relied_on():
-            yield
+        yield
         return
     with warnings.catch_warnings():
         shown_not_raised()
