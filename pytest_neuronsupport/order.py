@@ -1,5 +1,6 @@
-"""Cost-ordered starts (``--neuron-order cost``): under several xdist workers, the models start
-largest first, so that the sweep ends when its work does, not with a 16-core model started last.
+"""Cost-ordered starts (``--neuron-order cost``): under several xdist workers, or several lanes
+(``--neuron-lanes``, which take the models in the session's order), the models start largest
+first, so that the sweep ends when its work does, not with a 16-core model started last.
 
 A model's cost is its predicted core-seconds:
 

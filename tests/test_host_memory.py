@@ -23,6 +23,7 @@ from pytest_neuronsupport.pipeline.leases import (
     HostMemoryGate,
     HostMemoryWarning,
     host_bytes,
+    living,
     resident_bytes,
     with_descendants,
 )
@@ -297,3 +298,13 @@ def suppress_stopped(g: HostMemoryGate, need: int) -> None:
         g.acquire(need)
     except Stopped:
         pass
+
+
+def test_holds_and_leases_of_a_dead_process_are_not_living() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine, gone, either = (
+        Hold(1, pids, str(k))
+        for k, pids in enumerate([(os.getpid(),), (dead.pid,), (dead.pid, os.getpid())])
+    )
+    assert living([mine, gone, either]) == [mine, either]

@@ -26,10 +26,34 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import filelock
 
 from pytest_neuronsupport.pipeline import stopping
+
+
+class Held(Protocol):
+    """A lease or a hold: the processes that hold it."""
+
+    @property
+    def pids(self) -> tuple[int, ...]: ...
+
+
+HeldT = TypeVar("HeldT", bound=Held)
+
+
+def living(entries: Iterable[HeldT]) -> list[HeldT]:
+    """The ``entries`` one of whose holders is alive, each process looked at once (the holds of
+    one sweep's lanes all name its process)."""
+    seen: dict[int, bool] = {}
+
+    def alive(pid: int) -> bool:
+        if pid not in seen:
+            seen[pid] = pid_alive(pid)
+        return seen[pid]
+
+    return [entry for entry in entries if any(alive(pid) for pid in entry.pids)]
 
 
 def pid_alive(pid: int) -> bool:
@@ -57,9 +81,6 @@ class Lease:
     @property
     def cores(self) -> list[int]:
         return list(range(self.start, self.start + self.count))
-
-    def alive(self) -> bool:
-        return any(pid_alive(p) for p in self.pids)
 
 
 class Seen:
@@ -124,7 +145,7 @@ class CoreAllocator:
     def leases(self) -> list[Lease]:
         """The live leases (reclaiming dead ones)."""
         with self._lock:
-            live = [x for x in self._read() if x.alive()]
+            live = living(self._read())
             self._write(live)
             return live
 
@@ -133,7 +154,7 @@ class CoreAllocator:
         if count > self.total or count < 1 or count & (count - 1):
             raise ValueError(f"cannot lease {count} of {self.total} cores")
         with self._lock:
-            live = [x for x in self._read() if x.alive()]
+            live = living(self._read())
             taken = {c for x in live for c in x.cores}
             self.seen.saw(self.total - len(taken))
             for start in range(0, self.total - count + 1, count):
@@ -292,9 +313,6 @@ class Hold:
     #: Not held yet: its run has waited in line since then (``time.time()``).
     waiting_since: float | None = None
 
-    def alive(self) -> bool:
-        return any(pid_alive(p) for p in self.pids)
-
 
 #: How long a run waits for host memory while smaller ones that fit pass it; from then on what
 #: it needs is kept for it (those behind it take only what is left beside it), so that a large
@@ -386,7 +404,7 @@ class HostMemoryGate:
 
     def _live(self) -> list[Hold]:
         with self._lock:
-            live = [h for h in self._read() if h.alive()]
+            live = living(self._read())
             self._write(live)
             return live
 
@@ -409,7 +427,7 @@ class HostMemoryGate:
         children = self._children()  # the scan of /proc, outside the lock: a run newer than
         # it counts as using nothing of its hold yet, which errs on the safe side
         with self._lock:
-            live = [h for h in self._read() if h.alive()]
+            live = living(self._read())
             held = [h for h in live if h.waiting_since is None]
             kept = sum(h.bytes for h in self._patient(live, place))
             free = self.free(held, children)
@@ -471,7 +489,7 @@ class HostMemoryGate:
     def _line_up(self, need: int) -> Hold:
         place = Hold(need, (os.getpid(),), os.urandom(8).hex(), waiting_since=time.time())
         with self._lock:
-            self._write([*(h for h in self._read() if h.alive()), place])
+            self._write([*living(self._read()), place])
         return place
 
     def add_pid(self, hold: Hold, pid: int) -> Hold:
