@@ -1,11 +1,13 @@
 """A fleet on a simulated trn2.48xlarge: how well a sweep uses the device's cores.
 
-    python benchmarks/fleet.py [--models 1000] [--cores 64] [--workers 16] [--scale 20]
-                               [--bandwidth 0.5] [--keep DIR] [-- PYTEST ARGS...]
+    python benchmarks/fleet.py [--models 1000] [--cores 64] [--workers 0] [--lanes 64]
+                               [--nights 2] [--scale 20] [--bandwidth 0.5] [--keep DIR]
+                               [-- PYTEST ARGS...]
 
 N models (default 1000) whose sizes follow those of popular Hub text-generation and encoder
 models (``fleet_model.BUCKETS``, with their source) go through the real sweep: the real
-collection of a generated list, real xdist workers (``-n``), the real plan and sizing (each
+collection of a generated list, one process with lanes (``--neuron-lanes``) or real xdist
+workers (``-n``), the real plan and sizing (each
 checkpoint's config is built on the meta device), the real core allocator over its lock file, real
 isolation (each run forked from the workers' fork servers, several-core runs launching their
 ranks). What is simulated is the device and the models:
@@ -266,7 +268,7 @@ def figures(
             f"{e['model']} {e['phase']} {e['host_bytes'] / GB:.0f} GB" for e in holders[:4]
         ],
         "own_in_lease_ms": 1000 * statistics.median(own.values()),
-        "own_between_leases_ms": 1000 * statistics.median(gaps) if gaps else 0.0,
+        "own_between_leases_ms": 1000 * statistics.median(gaps) if gaps else None,
         "idle_own_unscaled": 1 - busy / unscaled,
         "runs": len(mine),
         "leases_without_a_run": sum(1 for t, lz in leases.items() if t not in mine),
@@ -334,14 +336,17 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=1000)
     parser.add_argument("--cores", type=int, default=64, help="the simulated device's cores")
-    parser.add_argument("--workers", type=int, default=16, help="xdist workers (-n)")
+    parser.add_argument("--workers", type=int, default=0, help="xdist workers (-n)")
     parser.add_argument(
-        "--lanes", type=int, default=1, help="models a pytest process runs at once (--neuron-lanes)"
+        "--lanes",
+        type=int,
+        default=64,
+        help="models a pytest process runs at once (--neuron-lanes; 1: without)",
     )
     parser.add_argument(
         "--nights",
         type=int,
-        default=1,
+        default=2,
         help="sweeps in turn, each with a new compiler version (every model runs again; its "
         "files and its CPU reference are cached since the first): figures of each",
     )
@@ -392,11 +397,18 @@ def main() -> None:
     if args.schedule:
         print_schedule(fleet(args.models, args.bandwidth, args.seed), args.cores, 0.0, args.workers)
         return
-    if args.again is not None:
-        measured = json.loads((args.again / "measured.json").read_text())
-        kept = arguments([])
-        vars(kept).update(measured["args"], keep=args.again)
-        analyse(kept, measured)
+    if args.again is not None:  # each night's figures, the first's first
+        kept_files = [args.again / "measured.json"]
+        kept_files += sorted(
+            args.again.glob("measured-night-*.json"), key=lambda p: p.stat().st_mtime
+        )
+        for path in kept_files:
+            measured = json.loads(path.read_text())
+            kept = arguments([])
+            vars(kept).update(measured["args"], keep=args.again)
+            if len(kept_files) > 1:
+                print(f"night {measured.get('night', 1)} of {len(kept_files)}")
+            analyse(kept, measured)
         return
     work = args.keep or Path(tempfile.mkdtemp(prefix="neuronsupport-fleet-"))
     warn_of_slow_imports()
@@ -584,7 +596,7 @@ def report(
         f"{found['workers_bound_today_s'] / h:.2f} h; cores leased on average "
         f"{found['mean_cores_leased']:.1f} of {args.cores}"
     )
-    between_s = found["own_between_leases_ms"] / 1000 * args.scale
+    between_s = (found["own_between_leases_ms"] or 0.0) / 1000 * args.scale
     print_schedule(models, args.cores, between_s, at_once)
     last = found["last"]
     print(
@@ -596,9 +608,11 @@ def report(
         f"leased but idle: {found['idle']:.1%} of {found['leased_core_s'] / h:.0f} leased "
         f"core-h (target < 3%): {parts}"
     )
+    gap = found["own_between_leases_ms"]
+    between = "n/a (lanes)" if gap is None else f"{gap:.0f} ms"
     print(
         f"  the sweep's own time, real: {found['own_in_lease_ms']:.0f} ms inside a lease and "
-        f"{found['own_between_leases_ms']:.0f} ms between a worker's leases (medians), each "
+        f"{between} between a worker's leases (medians), each "
         f"{args.scale:g} times that simulated; at real speed leased-idle would be "
         f"{found['idle_own_unscaled']:.1%}"
     )
