@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import fleet
+import fleet_figures
 import fleet_model
 import fleet_schedule
 import pytest
@@ -47,7 +48,7 @@ def test_peak_host_memory_counts_the_phases_in_progress() -> None:
         {"start": 1.0, "end": 3.0, "host_bytes": 7},
         {"start": 2.0, "end": 4.0, "host_bytes": 6},  # starts as the first ends
     ]
-    assert fleet.peak_host(events) == (13, 2.0)
+    assert fleet_figures.peak_host(events) == (13, 2.0)
 
 
 @pytest.mark.parametrize(("models", "workers"), [(1000, 16), (100, 4)])
