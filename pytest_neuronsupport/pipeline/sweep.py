@@ -25,12 +25,7 @@ from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline import prefetch, stopping
 from pytest_neuronsupport.pipeline.budget import Budget
-from pytest_neuronsupport.pipeline.isolate import (
-    Executor,
-    Outcome,
-    RunRequest,
-    executor_for,
-)
+from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
 from pytest_neuronsupport.pipeline.leases import GIB, CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
@@ -72,9 +67,10 @@ class Sweep:
         self.hooks = hooks or Hooks()
         self._executor: Executor | None = None
         self._judge: tuple[str | None] | None = None  # (the judge,) once found
-        #: One model's plan at a time in this process, and one start of its executor and its
-        #: judge: models run at once in its lanes (``--neuron-lanes``), and a zoo model's build
-        #: (seeded), the library's warnings filters and a cached value are the process's.
+        #: One model's plan (and sizing) at a time in this process, and one start of its
+        #: executor and its judge: models run at once in its lanes (``--neuron-lanes``), and a
+        #: zoo model's build (seeded), a model built on the meta device and a cached value are
+        #: the process's.
         self.one_at_a_time = threading.RLock()
         #: Set when the sweep stops (an interrupt, ``-x``): no run starts, those going stop
         #: (:mod:`~pytest_neuronsupport.pipeline.stopping`).
