@@ -45,7 +45,7 @@ def pytest_neuronsupport_modes(config: pytest.Config) -> Sequence[Mode]:
 
     A mode is another test of the models its ``wanted`` accepts, run after the built-in ones
     for each entry, with rows of its own in its ``table`` (a
-    :class:`~pytest_neuronsupport.dataset.schema.Table` whose name and folder are new): see
+    :class:`~pytest_neuronsupport.dataset.table.Table` whose name and folder are new): see
     :mod:`pytest_neuronsupport.modes` for what a mode implements.
     """
     raise NotImplementedError  # a specification: pluggy never calls it

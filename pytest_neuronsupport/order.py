@@ -251,7 +251,7 @@ def apply(config: Any, items: list[Any], sweep: Any) -> None:
         return
     from pytest_neuronsupport.collect import ModelItem
     from pytest_neuronsupport.dataset.layout import phases_dir
-    from pytest_neuronsupport.dataset.schema import SUPPORT
+    from pytest_neuronsupport.dataset.support import SUPPORT
 
     s = sweep.settings
     specs = [item.spec for item in items if isinstance(item, ModelItem)]

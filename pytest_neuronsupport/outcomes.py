@@ -38,7 +38,7 @@ from pytest_neuronsupport.baseline import (
     breaks_change,
     decide,
 )
-from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT
+from pytest_neuronsupport.dataset.support import COLUMNS, SUPPORT
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
 from pytest_neuronsupport.report import failure_text, fault_text, skip_text

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_neuronsupport.baseline import Comparison
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.pipeline.classify import (
     COMPILED_NOTHING,

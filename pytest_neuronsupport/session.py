@@ -42,8 +42,8 @@ from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
-from pytest_neuronsupport.dataset.schema import SUPPORT
 from pytest_neuronsupport.dataset.stores import Results, ResultsError
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.dataset.tables import table_named
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.hookcalls import Hooks

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pytest_neuronsupport.dataset.schema import RUN_FIELDS, Table
+from pytest_neuronsupport.dataset.table import RUN_FIELDS, Table
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome, Script, common_row
 from pytest_neuronsupport.pipeline.plan import Plan

@@ -16,7 +16,8 @@ from typing import Any
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.schema import validate_row
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import validate_row
 
 T0 = dt.datetime(2026, 11, 1, 9, 0, tzinfo=dt.UTC)
 
@@ -80,7 +81,8 @@ def result_row(
             "tested_at": T0 + dt.timedelta(minutes=minutes),
             **defaults,
             **values,
-        }
+        },
+        SUPPORT,
     )
 
 

@@ -15,7 +15,7 @@ from datasets.utils.metadata import MetadataConfigs
 
 from pytest_neuronsupport.dataset.files import UnreadableResultsError
 from pytest_neuronsupport.dataset.layout import data_files
-from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, COLUMNS, RESULT_MEANINGS, SCHEMA
+from pytest_neuronsupport.dataset.support import COLUMN_DOCS, COLUMNS, RESULT_MEANINGS, SCHEMA
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.card import ALL_CONFIG, SPLIT, card_text, write_card
 from pytest_neuronsupport.views.coverage import coverage

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, COLUMNS, validate_row
+from pytest_neuronsupport.dataset.support import COLUMN_DOCS, COLUMNS, SUPPORT
+from pytest_neuronsupport.dataset.table import validate_row
 from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.runners.lib.protocol import Result
 
@@ -83,7 +84,7 @@ def test_a_pass_that_compared_nothing_is_none_and_says_why(
     assert said in fields["notes"]
     if check is not None and check.get("judge") == JUDGE_FAILED:
         assert JUDGE_FAILED in fields["notes"]
-    row = validate_row({"model_id": "zoo:m", **fields})
+    row = validate_row({"model_id": "zoo:m", **fields}, SUPPORT)
     assert classify.unchecked_kind(row) == kind
 
 

@@ -14,8 +14,8 @@ import pytest
 from pytest_neuronsupport import __version__, settings, zoo
 from pytest_neuronsupport.cli import main as cli_main
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.schema import SCHEMA
 from pytest_neuronsupport.dataset.stores.s3 import SharedResults
+from pytest_neuronsupport.dataset.support import SCHEMA
 from pytest_neuronsupport.views.dashboard import dashboard
 from tests.results_for_tests import pair_of, perf_row, result_row, write_results
 from tests.test_shared import BUCKET, s3  # noqa: F401 (moto's S3 server: a fixture)

@@ -43,12 +43,15 @@ from pytest_neuronsupport.dataset.layout import (
     run_dirname,
 )
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.schema import (
+from pytest_neuronsupport.dataset.support import (
     COLUMNS,
-    DEVICES,
     FP64_COLUMNS,
     PHASE_COLUMNS,
     SCHEMA,
+    SUPPORT,
+)
+from pytest_neuronsupport.dataset.table import (
+    DEVICE_NAMES,
     row_from_json,
     row_to_json,
     rows_to_table,
@@ -152,7 +155,8 @@ def row(model_id: str, result: str = "PASS", minutes: int = 0, **values: object)
             "result": result,
             "tested_at": T0 + dt.timedelta(minutes=minutes),
             **values,
-        }
+        },
+        SUPPORT,
     )
 
 
@@ -201,7 +205,8 @@ def full_row() -> dict[str, Any]:
             "divergence_margin": 0.015625,
             "near_tie_tolerance": 1e-3,
             "check": json.dumps({"margin": 0.015625, "tokens": [1, 2, 3], "label": "ü"}),
-        }
+        },
+        SUPPORT,
     )
 
 
@@ -239,7 +244,7 @@ def test_schema_columns_in_order_with_metadata() -> None:
     assert SCHEMA.field("reference_reproducible").type == pa.bool_()
     assert SCHEMA.field("divergence_margin").type == pa.float64()
     assert all(f.nullable for f in SCHEMA)
-    assert DEVICES == ("neuron", "cuda", "cpu")
+    assert DEVICE_NAMES == ("neuron", "cuda", "cpu")
     assert tuple(Result) == (
         "PASS",
         "FAIL(load)",
@@ -252,22 +257,26 @@ def test_schema_columns_in_order_with_metadata() -> None:
     )
     for result in Result:  # enum members and plain strings alike, stored as plain str
         for given in (result, result.value):
-            stored = validate_row({"model_id": "m", "result": given})["result"]
+            stored = validate_row({"model_id": "m", "result": given}, SUPPORT)["result"]
             assert stored == result.value and type(stored) is str
 
 
 @pytest.mark.parametrize(
-    "make", [full_row, lambda: validate_row({"model_id": "zoo:tiny", "result": "EXCLUDED"})]
+    "make",
+    [full_row, lambda: validate_row({"model_id": "zoo:tiny", "result": "EXCLUDED"}, SUPPORT)],
 )
 def test_row_round_trip_through_dict_and_json(make: Callable[[], dict[str, Any]]) -> None:
     original = make()
     assert tuple(original) == COLUMNS
-    data = row_to_json(original)
+    data = row_to_json(original, SUPPORT)
     assert tuple(data) == COLUMNS
     text = json.dumps(data)
-    back = row_from_json(json.loads(text))
+    back = row_from_json(json.loads(text), SUPPORT)
     assert back == original
-    assert validate_row(original) == original and validate_row(original) is not original
+    assert (
+        validate_row(original, SUPPORT) == original
+        and validate_row(original, SUPPORT) is not original
+    )
     if original["tested_at"] is not None:
         assert data["tested_at"] == "2025-06-01T12:00:00.654321+00:00"
         assert back["tested_at"].utcoffset() == dt.timedelta(0)
@@ -279,20 +288,25 @@ def test_row_round_trip_through_dict_and_json(make: Callable[[], dict[str, Any]]
 
 def test_validate_row_accepts_datetime_and_z_suffix() -> None:
     from_string = validate_row(
-        {"model_id": "m", "result": "PASS", "tested_at": "2025-06-01T12:00:00Z"}
+        {"model_id": "m", "result": "PASS", "tested_at": "2025-06-01T12:00:00Z"}, SUPPORT
     )
     from_offset = validate_row(
-        {"model_id": "m", "result": "PASS", "tested_at": "2025-06-01T14:00:00+02:00"}
+        {"model_id": "m", "result": "PASS", "tested_at": "2025-06-01T14:00:00+02:00"}, SUPPORT
     )
     from_datetime = validate_row(
-        {"model_id": "m", "result": "PASS", "tested_at": dt.datetime(2025, 6, 1, 12, tzinfo=dt.UTC)}
+        {
+            "model_id": "m",
+            "result": "PASS",
+            "tested_at": dt.datetime(2025, 6, 1, 12, tzinfo=dt.UTC),
+        },
+        SUPPORT,
     )
     assert from_string == from_datetime == from_offset
     assert from_offset["tested_at"].tzinfo == dt.UTC
-    wall = validate_row({"model_id": "m", "result": "PASS", "wall_s": 3})["wall_s"]
+    wall = validate_row({"model_id": "m", "result": "PASS", "wall_s": 3}, SUPPORT)["wall_s"]
     assert wall == 3.0 and type(wall) is float
     given = {"model_id": "m", "result": "PASS", "wall_s": 3}
-    validate_row(given)
+    validate_row(given, SUPPORT)
     assert given == {"model_id": "m", "result": "PASS", "wall_s": 3}  # not changed in place
 
 
@@ -322,14 +336,14 @@ def test_validate_row_accepts_datetime_and_z_suffix() -> None:
 )
 def test_validate_row_rejects_bad_input(values: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as raised:
-        validate_row(values)
+        validate_row(values, SUPPORT)
     assert str(raised.value).startswith("row")
     assert message in str(raised.value)
 
 
 def test_row_from_json_rejects_a_non_object() -> None:
     with pytest.raises(ValueError, match="JSON object"):
-        row_from_json(["model_id", "m"])
+        row_from_json(["model_id", "m"], SUPPORT)
 
 
 def test_pair_names_are_sanitised(tmp_path: Path) -> None:
@@ -381,7 +395,7 @@ def test_data_files_skip_hidden_names(tmp_path: Path) -> None:
 
 def test_row_round_trip_through_parquet(tmp_path: Path) -> None:
     rich = full_row()
-    bare = validate_row({"model_id": "zoo:bare", "result": "FAIL(load)"})
+    bare = validate_row({"model_id": "zoo:bare", "result": "FAIL(load)"}, SUPPORT)
     append_rows(tmp_path, [(NEURON_PAIR, rich), (NEURON_PAIR, bare)])
     report = merge_journals(tmp_path)
     target = tmp_path / "data" / NEURON_PAIR
@@ -502,7 +516,8 @@ def test_duplicated_models_in_a_foreign_file_keep_the_latest(tmp_path: Path) -> 
             row("zoo:a", "PASS", minutes=1),
             row("zoo:b", "FAIL(load)", minutes=1),
             row("zoo:b", "PASS", minutes=2),
-        ]
+        ],
+        SUPPORT,
     )
     pq.write_table(foreign, target)
     found = find_row(tmp_path, PAIR, "zoo:a")
@@ -565,14 +580,14 @@ def test_temp_files_of_a_file_being_written_are_left_to_its_writer(tmp_path: Pat
 
 def test_atomic_write_leaves_no_temp_when_writing_fails(tmp_path: Path) -> None:
     target = tmp_path / "t.parquet"
-    atomic_write(target, rows_to_table([row("zoo:a")]))
+    atomic_write(target, rows_to_table([row("zoo:a")], SUPPORT))
     assert read_table(target).column("model_id").to_pylist() == ["zoo:a"]
     # the temp file is written and fsynced, then replacing fails: a directory is in the way
     blocked = tmp_path / "blocked.parquet"
     blocked.mkdir()
     (blocked / "inside").write_bytes(b"")
     with pytest.raises(OSError):
-        atomic_write(blocked, rows_to_table([row("zoo:b")]))
+        atomic_write(blocked, rows_to_table([row("zoo:b")], SUPPORT))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked.parquet", "t.parquet"]
 
 
@@ -653,7 +668,7 @@ def test_bad_extra_column_is_refused_naming_model_and_key(
 ) -> None:
     bad: dict[Any, object] = {"model_id": "zoo:hooked", "result": "PASS", key: value}
     with pytest.raises(ValueError) as raised:
-        validate_row(bad)
+        validate_row(bad, SUPPORT)
     assert str(raised.value).startswith(f"row zoo:hooked: extra column {message}")
     with Journal(tmp_path) as journal:
         with pytest.raises(ValueError, match="row zoo:hooked: extra column"):
@@ -673,7 +688,8 @@ def test_extra_values_are_normalised() -> None:
             "outcome": Result.EXCLUDED,
             "nothing": None,
             "_private": 1,
-        }
+        },
+        SUPPORT,
     )
     assert list(valid)[len(COLUMNS) :] == ["_private", "colour", "nothing", "outcome"]
     assert type(valid["colour"]) is str and valid["colour"] == "red"
@@ -687,7 +703,7 @@ def test_rows_to_table_infers_extra_types() -> None:
         row("zoo:b", b=False, i=2, f=2.5, s=None, mixed="two", none=None, big=0.5),
         row("zoo:c", b=None, i=None, f=None, s="z", mixed=True),
     ]
-    table = rows_to_table(rows)
+    table = rows_to_table(rows, SUPPORT)
     assert table.schema.metadata == SCHEMA.metadata
     assert table.column_names == [*COLUMNS, "b", "big", "f", "i", "mixed", "none", "s"]
     types = {name: table.schema.field(name).type for name in table.column_names[len(COLUMNS) :]}
@@ -704,9 +720,9 @@ def test_rows_to_table_infers_extra_types() -> None:
     assert table.column("mixed").to_pylist() == ["1", "two", "True"]
     assert table.column("big").to_pylist() == [str(2**53 + 1), "0.5", None]
     assert table.column("none").to_pylist() == [None, None, None]
-    assert rows_to_table([]).schema.equals(SCHEMA, check_metadata=True)
+    assert rows_to_table([], SUPPORT).schema.equals(SCHEMA, check_metadata=True)
     with pytest.raises(ValueError, match="row zoo:x: missing"):
-        rows_to_table([{"model_id": "zoo:x"}])
+        rows_to_table([{"model_id": "zoo:x"}], SUPPORT)
 
 
 def test_int_and_float_extras_in_two_merges_promote_to_float64(tmp_path: Path) -> None:
@@ -839,7 +855,7 @@ def test_old_format_journal_line_still_merges(tmp_path: Path) -> None:
 def test_journal_line_with_a_bad_extra_is_corrupt(tmp_path: Path) -> None:
     journal = append_rows(tmp_path, [(PAIR, row("zoo:a"))], session_id="bad-extra")
     good = journal.read_bytes()
-    bad = json.dumps({"pair": PAIR, "row": {**row_to_json(row("zoo:b")), "tags": [1]}})
+    bad = json.dumps({"pair": PAIR, "row": {**row_to_json(row("zoo:b"), SUPPORT), "tags": [1]}})
     journal.write_bytes(bad.encode() + b"\n" + good)
     problems: list[str] = []
     assert [e["model_id"] for _, e in read_journal(journal, problems=problems)] == ["zoo:a"]
@@ -855,7 +871,7 @@ def test_journal_line_with_a_bad_extra_is_corrupt(tmp_path: Path) -> None:
 def test_find_row_of_a_foreign_extra_type_is_none(tmp_path: Path) -> None:
     target = tmp_path / "data" / PAIR
     target.parent.mkdir(parents=True)
-    table = rows_to_table([row("zoo:a")]).append_column("tags", pa.array([["x", "y"]]))
+    table = rows_to_table([row("zoo:a")], SUPPORT).append_column("tags", pa.array([["x", "y"]]))
     pq.write_table(table, target)
     assert find_row(tmp_path, PAIR, "zoo:a") is None  # does not validate: treated as unrecorded
     assert read_dataset(tmp_path, keep_extra=True).column("tags").to_pylist() == [["x", "y"]]
@@ -953,7 +969,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert before.names[-1] == "checked_by"
     old = tmp_path / "data" / PAIR
     old.parent.mkdir(parents=True)
-    written = rows_to_table([row("zoo:old", checked_by="cpu")]).select(before.names)
+    written = rows_to_table([row("zoo:old", checked_by="cpu")], SUPPORT).select(before.names)
     pq.write_table(written.cast(before), old)
     table = read_table(old)
     assert table.schema.equals(SCHEMA, check_metadata=True)
@@ -1436,7 +1452,7 @@ def test_upgrade_dataset_rewrites_only_the_files_that_differ(tmp_path: Path) -> 
     # a file that already has the dataset's schema is left alone
     target = tmp_path / "data" / AOT_PAIR
     target.parent.mkdir(parents=True)
-    table = rows_to_table([row("zoo:c", legacy_note="new")])
+    table = rows_to_table([row("zoo:c", legacy_note="new")], SUPPORT)
     atomic_write(target, table)
     inode = target.stat().st_ino
     assert upgrade_dataset(tmp_path) == []

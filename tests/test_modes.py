@@ -14,7 +14,8 @@ import pytest
 
 from pytest_neuronsupport import devices, modes
 from pytest_neuronsupport.dataset import tables
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.modes.support import Support
@@ -130,7 +131,7 @@ def test_an_unchanged_script_is_not_run_again_unless_rerun(tmp_path: Path, zoo_c
 
 
 def _table(rows: list[dict[str, object]]) -> object:
-    from pytest_neuronsupport.dataset.schema import row_from_json, rows_to_table
+    from pytest_neuronsupport.dataset.table import row_from_json, rows_to_table
 
     return rows_to_table([row_from_json(r, PARAMS) for r in rows], PARAMS)
 

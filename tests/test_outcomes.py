@@ -13,7 +13,7 @@ import pytest
 
 from pytest_neuronsupport import baseline, devices, modes, outcomes, xdist
 from pytest_neuronsupport.baseline import Baseline, Comparison, Expected, Kind
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.modes.support import Support

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_neuronsupport.dataset.schema import COLUMN_DOCS, PHASE_COLUMNS
+from pytest_neuronsupport.dataset.support import COLUMN_DOCS, PHASE_COLUMNS
 from pytest_neuronsupport.devices import DEVICES
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.modelrun import timed, told

@@ -212,9 +212,9 @@ def test_a_store_down_is_a_usage_error_at_the_start_and_keeps_the_rows_it_could_
     from moto.server import ThreadedMotoServer
 
     from pytest_neuronsupport.dataset.layout import unpublished_dir
-    from pytest_neuronsupport.dataset.schema import SUPPORT as SUPPORT_TABLE
-    from pytest_neuronsupport.dataset.schema import row_to_json
     from pytest_neuronsupport.dataset.stores import ObjectStoreResults, ResultsError
+    from pytest_neuronsupport.dataset.support import SUPPORT as SUPPORT_TABLE
+    from pytest_neuronsupport.dataset.table import row_to_json
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from pytest_neuronsupport import zoo
-from pytest_neuronsupport.dataset.schema import PHASE_COLUMNS
+from pytest_neuronsupport.dataset.support import PHASE_COLUMNS
 from pytest_neuronsupport.options import DEFAULT_JUDGE
 from tests.shared_sweeps import (
     MINILM,

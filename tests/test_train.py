@@ -16,7 +16,7 @@ from pytest_neuronsupport.cli import main as cli_main
 from pytest_neuronsupport.dataset.files import find_row, read_dataset
 from pytest_neuronsupport.dataset.journal import Journal, read_journal
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.modellist import ModelListError, parse
 from pytest_neuronsupport.modes.train import TRIAL_ENV, find_batch, precision

@@ -24,14 +24,14 @@ Hidden names (a leading ``.``) are used for everything that is not a data file, 
 * the lock of a whole-dataset upgrade: ``<results>/data/.upgrade.lock``
 
 A row is a plain dict validated against the one schema
-(:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`); keys outside it are extra columns, added
+(:data:`~pytest_neuronsupport.dataset.support.SCHEMA`); keys outside it are extra columns, added
 by users' hooks, stored after the schema's columns. Reading goes through the schema: columns
 missing from an old file come back as nulls; columns unknown to it are dropped unless
 ``keep_extra`` is asked for, and always preserved when a file is rewritten, so an older writer
 never destroys what a newer one recorded.
 
 After a merge every data file has the same schema:
-:data:`~pytest_neuronsupport.dataset.schema.SCHEMA` (its metadata included), then the extra
+:data:`~pytest_neuronsupport.dataset.support.SCHEMA` (its metadata included), then the extra
 columns of all the files with one type each, null where a file had none.
 :func:`~pytest_neuronsupport.dataset.files.upgrade_dataset` rewrites the files that differ (an
 older version's, or ones that lack another file's extra column), each atomically under its
@@ -40,9 +40,12 @@ lock; every merge ends with it, so a reader that takes one schema for the whole 
 columns differ. When nothing differs it only reads each file's schema.
 
 Modules (imports go one way: ``merge`` → ``journal``, ``store`` → ``durable``, ``layout``,
-``schema``):
+``support`` → ``table``):
 
-* :mod:`~pytest_neuronsupport.dataset.schema`: the schema, row validation, rows as JSON and tables.
+* :mod:`~pytest_neuronsupport.dataset.table`: a table (folder, schema, key), row validation, rows
+  as JSON and as arrow tables.
+* :mod:`~pytest_neuronsupport.dataset.support`: the support table: its schema, column docs and
+  result meanings (the training and performance tables: ``train``, ``perf``).
 * :mod:`~pytest_neuronsupport.dataset.layout`: where pair files and run folders live.
 * :mod:`~pytest_neuronsupport.dataset.durable`: fsyncs, locks, atomic writes, temp-file sweeps.
 * :mod:`~pytest_neuronsupport.dataset.files`: reading files through the schema; upgrading them

@@ -1,6 +1,6 @@
 """Reading the parquet files through the schema; upgrading old files; finding a model's row.
 
-Reading goes through :data:`~pytest_neuronsupport.dataset.schema.SCHEMA`: columns missing from
+Reading goes through :data:`~pytest_neuronsupport.dataset.support.SCHEMA`: columns missing from
 an old file come back as nulls, the others are cast to their schema type. Columns the schema
 does not know (extra columns) are dropped unless ``keep_extra`` is given; then they follow the
 schema's columns, and several tables are unified by :func:`concat_tables`.
@@ -27,7 +27,8 @@ from pytest_neuronsupport.dataset.durable import (
     remove_temps,
 )
 from pytest_neuronsupport.dataset.layout import check_relpath, data_files
-from pytest_neuronsupport.dataset.schema import SCHEMA, SUPPORT, Table, text_array, validate_row
+from pytest_neuronsupport.dataset.support import SCHEMA, SUPPORT
+from pytest_neuronsupport.dataset.table import Table, text_array, validate_row
 
 __all__ = [
     "UnreadableResultsError",
@@ -550,10 +551,10 @@ def find_row(
     """The recorded row of ``model_id`` in one pair's parquet file, validated, extras included.
 
     Of another ``table`` than the support dataset, ``model_id`` is the row's key
-    (:meth:`~pytest_neuronsupport.dataset.schema.Table.key_of`).
+    (:meth:`~pytest_neuronsupport.dataset.table.Table.key_of`).
 
     Returns ``None`` when the file is absent or unreadable, the model has no row, or its row
-    does not validate (:func:`~pytest_neuronsupport.dataset.schema.validate_row`; an extra
+    does not validate (:func:`~pytest_neuronsupport.dataset.table.validate_row`; an extra
     column of a type this version does not write counts). When the file holds several rows of
     the model, the latest ``tested_at`` wins. Reads are cached per file version (inode, mtime,
     size).

@@ -2,7 +2,7 @@
 
 File ``<results>/journal/<session_id>.jsonl``, one JSON object a line,
 ``{"pair": "<compiler>-<v>/<library>-<v>.parquet", "row": {...}}`` where the row is
-:func:`~pytest_neuronsupport.dataset.schema.row_to_json`'s (journals written by the previous
+:func:`~pytest_neuronsupport.dataset.table.row_to_json`'s (journals written by the previous
 version, with a ``Row`` class, have the same lines and are read alike). A row of another table
 than the support dataset names it: ``{"table": "train", "pair": ..., "row": ...}`` (the pair is
 then relative to that table's folder, ``<results>/train``).
@@ -27,7 +27,8 @@ import filelock
 
 from pytest_neuronsupport.dataset.durable import file_lock, fsync_dir, makedirs_durable
 from pytest_neuronsupport.dataset.layout import check_relpath, journal_dir
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_from_json, row_to_json
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table, row_from_json, row_to_json
 from pytest_neuronsupport.dataset.tables import table_named
 
 __all__ = [
@@ -137,9 +138,9 @@ class Journal:
         """Record ``row`` for the pair file ``pair_relpath`` (of ``table``) durably.
 
         ``pair_relpath`` is as :func:`~pytest_neuronsupport.dataset.layout.pair_relpath` makes
-        it; ``row`` is validated with :func:`~pytest_neuronsupport.dataset.schema.validate_row`
+        it; ``row`` is validated with :func:`~pytest_neuronsupport.dataset.table.validate_row`
         (extra columns included), unless it is ``validated`` already: a row in JSON form as
-        :func:`~pytest_neuronsupport.dataset.schema.row_to_json` made it where the row was made
+        :func:`~pytest_neuronsupport.dataset.table.row_to_json` made it where the row was made
         (a sweep's rows are validated once, by the mode that made them). The line is written
         with a single ``write`` on an ``O_APPEND`` descriptor and fsynced before this returns.
 

@@ -33,7 +33,8 @@ from pytest_neuronsupport.dataset.files import (
 )
 from pytest_neuronsupport.dataset.journal import JournalContent, parse_journal
 from pytest_neuronsupport.dataset.layout import journal_dir
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, rows_to_table, validate_row
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table, rows_to_table, validate_row
 from pytest_neuronsupport.dataset.tables import TABLES
 
 __all__ = ["MergeReport", "merge_file", "merge_journals"]
@@ -79,7 +80,7 @@ def _apply_rows(target: Path, rows: list[dict[str, Any]], table: Table = SUPPORT
     """Merge ``rows`` (validated, unique keys) into ``target``; return how many applied.
 
     A row's key is its ``model_id`` in the support dataset, its ``table``'s key columns in
-    another table (:meth:`~pytest_neuronsupport.dataset.schema.Table.key_of`).
+    another table (:meth:`~pytest_neuronsupport.dataset.table.Table.key_of`).
 
     A row replaces the file's row of the same model unless that one has a strictly later
     ``tested_at`` (null counts as earliest), so a late recovery never reverts a newer run. The

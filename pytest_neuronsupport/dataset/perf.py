@@ -2,7 +2,7 @@
 
 ``<results>/perf/<compiler>-<version>/<library>-<version>.parquet``, one row per model and
 configuration (its key), written through the same journal and merge as the support dataset
-(:data:`~pytest_neuronsupport.dataset.schema.SUPPORT`). Definitions of the figures:
+(:data:`~pytest_neuronsupport.dataset.support.SUPPORT`). Definitions of the figures:
 :mod:`pytest_neuronsupport.runners.lib.measures`.
 """
 
@@ -13,7 +13,7 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import PERF_DATA
-from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["INTERVALS", "PERF", "PERF_COLUMN_DOCS", "PERF_SCHEMA", "SPREAD"]
 

@@ -1,6 +1,6 @@
 """The tables of the results, by name: what a journal line's ``table`` names.
 
-Each is a :class:`~pytest_neuronsupport.dataset.schema.Table` (a folder under ``<results>``, a
+Each is a :class:`~pytest_neuronsupport.dataset.table.Table` (a folder under ``<results>``, a
 schema and a key). A journal line without a ``table`` is a support row (journals written
 before there were tables read alike); merges write every table's files. A mode of a user's
 (:mod:`pytest_neuronsupport.modes`) brings its own table, registered when the sweep is
@@ -13,7 +13,8 @@ from typing import Final
 
 from pytest_neuronsupport.dataset.layout import RESERVED
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table
 from pytest_neuronsupport.dataset.train import TRAIN
 
 __all__ = ["TABLES", "register", "table_named"]

@@ -2,7 +2,7 @@
 
 ``<results>/train/<compiler>-<version>/<library>-<version>.parquet``, one row per model and
 sequence length (its key), written through the same journal and merge as the support dataset
-(:data:`~pytest_neuronsupport.dataset.schema.SUPPORT`).
+(:data:`~pytest_neuronsupport.dataset.support.SUPPORT`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import TRAIN_DATA
-from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["TRAIN", "TRAIN_COLUMN_DOCS", "TRAIN_SCHEMA"]
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_neuronsupport import faults
-from pytest_neuronsupport.dataset.schema import Table, row_to_json, validate_row
+from pytest_neuronsupport.dataset.table import Table, row_to_json, validate_row
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import classify, prefetch
 from pytest_neuronsupport.pipeline.plan import Plan
@@ -48,7 +48,7 @@ class ModeOutcome:
     it ran nothing. Built of plain types, so that it travels on a test report under xdist
     (:meth:`to_dict`, :meth:`from_dict`)."""
 
-    #: The table's name (:attr:`~pytest_neuronsupport.dataset.schema.Table.name`).
+    #: The table's name (:attr:`~pytest_neuronsupport.dataset.table.Table.name`).
     table: str
     model_id: str
     rows: list[dict[str, Any]] = field(default_factory=list)

@@ -22,7 +22,7 @@ from typing import Any
 from pytest_neuronsupport import pricing
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.peaks import documented as documented_peaks

@@ -1,6 +1,6 @@
 """The support mode: does the model load, compile and generate (or run its forward pass) on the
 device, and does its output match the CPU? One row per model in ``<results>/data``
-(:data:`~pytest_neuronsupport.dataset.schema.SUPPORT`).
+(:data:`~pytest_neuronsupport.dataset.support.SUPPORT`).
 
 Its script is the model's ``run.py``, rendered from the runner's run code and the model's
 parameters (:mod:`pytest_neuronsupport.pipeline.render`), run isolated on the cores the model
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_neuronsupport.dataset import layout
-from pytest_neuronsupport.dataset.schema import SUPPORT
+from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages

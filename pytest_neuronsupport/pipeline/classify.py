@@ -31,7 +31,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_neuronsupport.dataset.schema import COLUMNS, SUPPORT, Table, row_to_json, validate_row
+from pytest_neuronsupport.dataset.support import COLUMNS, SUPPORT
+from pytest_neuronsupport.dataset.table import Table, row_to_json, validate_row
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.packages import PackageError
 from pytest_neuronsupport.pipeline.plan import Exclusion

@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.files import find_row
-from pytest_neuronsupport.dataset.schema import Table
+from pytest_neuronsupport.dataset.table import Table
 from pytest_neuronsupport.hookcalls import Hooks
 from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline import prefetch, stopping

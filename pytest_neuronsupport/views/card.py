@@ -5,9 +5,9 @@ one config over every pair (``all``, the default) and one per compiler folder
 (``<compiler>-<version>``), each a single ``train`` split of parquet files. Its prose (what is
 tested, the results, the support matrix by architecture, the layout, the columns, how to query
 and rerun) is made from the code's own constants
-(:data:`~pytest_neuronsupport.dataset.schema.SCHEMA`,
-:data:`~pytest_neuronsupport.dataset.schema.COLUMN_DOCS`,
-:data:`~pytest_neuronsupport.dataset.schema.RESULT_MEANINGS`) and from the data (the pairs, their
+(:data:`~pytest_neuronsupport.dataset.support.SCHEMA`,
+:data:`~pytest_neuronsupport.dataset.support.COLUMN_DOCS`,
+:data:`~pytest_neuronsupport.dataset.support.RESULT_MEANINGS`) and from the data (the pairs, their
 row and result counts, the matrix of :mod:`.coverage`, the extra columns), so it cannot drift
 from either.
 """
@@ -25,7 +25,7 @@ import yaml
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.files import read_table
 from pytest_neuronsupport.dataset.layout import data_files
-from pytest_neuronsupport.dataset.schema import (
+from pytest_neuronsupport.dataset.support import (
     COLUMN_DOCS,
     RESULT_MEANINGS,
     SCHEMA,

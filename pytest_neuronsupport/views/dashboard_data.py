@@ -19,7 +19,8 @@ from typing import Any, Final
 from pytest_neuronsupport.dataset.files import latest_positions, read_table
 from pytest_neuronsupport.dataset.layout import DATA, data_files
 from pytest_neuronsupport.dataset.perf import PERF
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table
 from pytest_neuronsupport.pipeline.classify import compiled_nothing, unchecked_kind
 from pytest_neuronsupport.runners.lib.measures import percentile
 from pytest_neuronsupport.runners.lib.protocol import Result

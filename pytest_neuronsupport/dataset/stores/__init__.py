@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from pytest_neuronsupport.dataset.durable import atomic_write_bytes, write_once
 from pytest_neuronsupport.dataset.layout import is_hub, is_shared, unpublished_dir
-from pytest_neuronsupport.dataset.schema import Table
+from pytest_neuronsupport.dataset.table import Table
 from pytest_neuronsupport.dataset.tables import table_named
 
 __all__ = [

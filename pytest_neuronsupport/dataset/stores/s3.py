@@ -37,7 +37,8 @@ from pytest_neuronsupport.dataset.durable import atomic_write_bytes
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import PUBLISHED, SCHEME, check_relpath, is_shared
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.dataset.schema import SUPPORT, Table, row_from_json, row_to_json
+from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import Table, row_from_json, row_to_json
 from pytest_neuronsupport.dataset.tables import TABLES, table_named
 
 __all__ = ["SCHEME", "MergeSummary", "SharedResults", "is_shared"]
