@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_neuronsupport import __version__, baseline, options, settings, zoo
+from pytest_neuronsupport import __version__, baseline, options, zoo
 from pytest_neuronsupport.dataset.files import UnreadableResultsError
 
 if TYPE_CHECKING:
@@ -290,12 +290,10 @@ def _own_folder(args: argparse.Namespace, writes: str) -> Path:
 def _store(uri: str) -> Results:
     """The results store ``--results`` names: a folder, or a shared dataset (``s3://...``,
     ``hf://datasets/...``) through its local copy in the cache, as a sweep opens it."""
-    from pytest_neuronsupport.dataset.layout import is_shared
-    from pytest_neuronsupport.dataset.stores import ResultsError, open_results
+    from pytest_neuronsupport.dataset.stores import ResultsError, open_store
 
-    folder = settings.shared_copy(options.default_cache(), uri) if is_shared(uri) else Path(uri)
     try:
-        return open_results(folder, uri)
+        return open_store(uri, options.default_cache())
     except ResultsError as exc:
         raise CommandError(str(exc)) from None
 

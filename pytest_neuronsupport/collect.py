@@ -20,8 +20,9 @@ import pytest
 from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport import outcomes
 from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
-from pytest_neuronsupport.modes import Mode, ModeOutcome
+from pytest_neuronsupport.modes import Mode
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.records import ModeOutcome
 
 
 class ModelFailure(Exception):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import baseline, lanes, modes, xdist
-from pytest_neuronsupport.dataset.stores import ResultsError, open_results
+from pytest_neuronsupport.dataset.stores import ResultsError, open_store
 from pytest_neuronsupport.dataset.tables import register
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.session import SweepSession
@@ -32,7 +32,7 @@ def configure(config: pytest.Config) -> SweepSession:
     xdist.tie_to_controller(config)
     settings = settings_from(config)
     try:
-        store = open_results(settings.results, settings.shared)
+        store = open_store(settings.shared or settings.results, settings.cache)
     except ResultsError as exc:
         raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
     if not xdist.is_worker(config):

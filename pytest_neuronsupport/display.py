@@ -23,10 +23,10 @@ import pytest
 
 from pytest_neuronsupport import report, xdist
 from pytest_neuronsupport.dataset.layout import phases_dir
-from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.outcomes import outcomes_of, report_status, skip_reason
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.progress import Progress, Ticker, read_running, terminal_writer
+from pytest_neuronsupport.records import ModeOutcome
 
 
 class Sweeping(Protocol):

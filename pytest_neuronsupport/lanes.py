@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from pytest_neuronsupport import xdist
 from pytest_neuronsupport.collect import ModelItem
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.warned import FILTERS
@@ -41,7 +42,7 @@ SHOWN = pytest.mark.filterwarnings("default")
 def refused(lanes: int, config: pytest.Config) -> str | None:
     """Why ``lanes`` cannot be used with the session's options (None: they can)."""
     numprocesses = getattr(config.option, "numprocesses", None)
-    if lanes > 1 and (numprocesses or hasattr(config, "workerinput")):
+    if lanes > 1 and (numprocesses or xdist.is_worker(config)):
         return (
             f"--neuron-lanes {lanes} runs the models of one process at once: use it without "
             "xdist's -n (or with -n 0), or -n without lanes"

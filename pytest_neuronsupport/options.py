@@ -27,11 +27,13 @@ import pytest
 
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.modellist import parse_io, parse_sizes
-from pytest_neuronsupport.order import ORDERS
 from pytest_neuronsupport.pricing import INSTANCES, parse_instance
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
 
 ISOLATIONS = ("fork", "fresh")
+#: The orders models start in (``--neuron-order``): by predicted cost, largest first
+#: (:mod:`pytest_neuronsupport.order`), or the lists' order.
+START_ORDERS = ("cost", "list")
 #: The English judge unless told otherwise: a small instruct model, pinned to one commit.
 DEFAULT_JUDGE = "Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775"
 #: The kinds of option: a switch, text, positive numbers ("int", "float"), a count that may be
@@ -357,7 +359,7 @@ OPTIONS: tuple[Option, ...] = (
         "under several xdist workers or lanes, the order models start in: cost, largest first (the "
         "predicted core-seconds: a recorded row's wall time x cores, else its size); list, "
         "the lists' order. Rows, junit and the summary keep the lists' order either way",
-        choices=ORDERS,
+        choices=START_ORDERS,
         default="cost",
     ),
     Option(

@@ -38,12 +38,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from pytest_neuronsupport.dataset.durable import write_once
 from pytest_neuronsupport.modellist import ModelSpec
+from pytest_neuronsupport.pipeline import sizing
 from pytest_neuronsupport.runners.lib.warned import library_warnings
+from pytest_neuronsupport.zoo.builder import zoo_root
 
-ORDERS = ("cost", "list")
 #: The size estimate of a model's core-seconds: a fixed part a core (the compile's and the
 #: run's start), and seconds a GB of bf16 weights (compiling and loading them), as the fleet
 #: benchmark's phase model states them (benchmarks/fleet.py).
@@ -65,16 +65,12 @@ def recorded_core_s(row: Mapping[str, Any] | None) -> float | None:
 
 def estimate_core_s(weight_bytes: int, core_gb: float, max_cores: int) -> float:
     """Core-seconds from the size of the bf16 weights (see the module's docstring)."""
-    from pytest_neuronsupport.pipeline.sizing import cores_needed
-
-    cores = min(cores_needed(weight_bytes, core_gb), max(1, max_cores))
+    cores = min(sizing.cores_needed(weight_bytes, core_gb), max(1, max_cores))
     return cores * FIXED_S_A_CORE + S_PER_GB * weight_bytes / GB
 
 
 def weight_bytes(spec: ModelSpec, cache: Path) -> int | None:
     """The bf16 bytes of a model's weights known without downloading anything, or None."""
-    from pytest_neuronsupport.pipeline import sizing
-
     if spec.parameters is not None:
         return spec.parameters * sizing.BF16_BYTES
     folder = local_folder(spec, cache)
@@ -95,8 +91,6 @@ def local_folder(spec: ModelSpec, cache: Path) -> Path | None:
         path = Path(spec.path)
         return path if path.is_dir() else None
     if spec.is_zoo and "/" not in spec.id:  # not a tiny architecture (zoo:arch/...)
-        from pytest_neuronsupport.zoo.builder import zoo_root
-
         folder = zoo_root(cache) / spec.id.removeprefix("zoo:")
         return folder if folder.is_dir() else None
     return None
@@ -205,8 +199,6 @@ def shared_order(folder: Path | None, order: list[str]) -> list[str]:
     orders the same models."""
     if folder is None:
         return order
-    from pytest_neuronsupport.dataset.durable import write_once
-
     kept = json.loads(write_once(folder / ORDER_FILE, json.dumps(order)))
     return kept if sorted(kept) == sorted(order) else order
 
@@ -216,101 +208,3 @@ def reorder(items: list[Any], order: Sequence[str], key: Callable[[Any], str | N
     ``order`` keeps its place at the end, in its order)."""
     rank = {m: i for i, m in enumerate(order)}
     items.sort(key=lambda item: rank.get(key(item) or "", len(rank)))
-
-
-# --- the sweep's side: its collection, and its reports in list order ---------------------------
-
-
-#: The key of a worker's ``workerinput`` that holds the controller's scheduling: its ``--dist``
-#: and ``--maxschedchunk`` (a worker's own options say ``--dist no``).
-SCHEDULING_KEY = "neuronsupport_scheduling"
-
-
-#: The xdist schedulers that send items one by one, whose start the order can set.
-DEALT = ("load", "worksteal")
-
-
-def workers_of(config: Any) -> tuple[int, int | None, str]:
-    """The sweep's xdist workers that share out its items with the ``load`` or ``worksteal``
-    scheduler, its ``--maxschedchunk``, and which (1 worker: not under xdist, or another
-    scheduler)."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return 1, None, "no"
-    dist, most = workerinput.get(SCHEDULING_KEY) or ("load", None)
-    if dist not in DEALT:
-        return 1, None, dist
-    return int(workerinput.get("workercount", 1)), most, dist
-
-
-def apply(config: Any, items: list[Any], sweep: Any) -> None:
-    """``--neuron-order cost`` under several workers or lanes: the model items in their start order
-    (:func:`start_order`, the same in every worker: :func:`shared_order`)."""
-    workers, most, dist = workers_of(config)
-    if sweep.settings.order != "cost" or workers * sweep.settings.lanes <= 1:
-        return
-    from pytest_neuronsupport.collect import ModelItem
-    from pytest_neuronsupport.dataset.layout import phases_dir
-    from pytest_neuronsupport.dataset.support import SUPPORT
-
-    s = sweep.settings
-    specs = [item.spec for item in items if isinstance(item, ModelItem)]
-    found = start_order(
-        specs,
-        lambda model_id: sweep.recorded(SUPPORT, model_id),
-        cache=s.cache,
-        core_gb=s.core_capacity_gb,
-        max_cores=min(s.max_cores, s.device.core_count()),
-        workers=workers,
-        most=most,
-        dist=dist,
-    )
-    found = shared_order(phases_dir(s.results, sweep.sweep_id), found)
-    reorder(items, found, lambda item: item.spec.id if isinstance(item, ModelItem) else None)
-
-
-def list_ids(lists: Sequence[Path], runners: Any) -> list[str]:
-    """The models of the lists, in list order (an unreadable list: none of its models)."""
-    from pytest_neuronsupport.modellist import ModelListError, parse
-
-    ids: list[str] = []
-    for path in lists:
-        try:
-            ids += [spec.id for spec in parse(path, runners)]
-        except (ModelListError, OSError):
-            continue
-    return ids
-
-
-class ListOrder:
-    """The controller's side: its scheduling handed to the workers (:func:`workers_of`), and
-    the sweep's reports in list order whatever order its models ran in: the rows the terminal
-    summary lists, and junit's test cases (``--junitxml``), put in list order as the session
-    ends, before either is written (the dataset's files are sorted by model)."""
-
-    def __init__(self, config: Any, session: Any) -> None:
-        self.config, self.session = config, session
-
-    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: only with it
-    def pytest_configure_node(self, node: Any) -> None:
-        option = self.config.option
-        scheduling = (getattr(option, "dist", "load"), getattr(option, "maxschedchunk", None))
-        node.workerinput[SCHEDULING_KEY] = scheduling
-
-    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
-    def pytest_sessionfinish(self) -> None:
-        s = self.session
-        position = {m: i for i, m in enumerate(list_ids(s.settings.lists, s.runners))}
-
-        def rank(model_id: str) -> int:
-            return position.get(model_id, len(position))
-
-        for rows in s.rows.values():
-            rows.sort(key=lambda row: rank(row["model_id"]))
-        from _pytest.junitxml import xml_key
-
-        xml = self.config.stash.get(xml_key, None)
-        if xml is not None:  # pytest's own list of its test cases, in the order they ended
-            # (each finalized: only its element is left, named by the model)
-            ordered = xml.node_reporters_ordered
-            ordered.sort(key=lambda reporter: rank(str(reporter.to_xml().get("name"))))

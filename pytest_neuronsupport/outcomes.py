@@ -24,7 +24,7 @@ The texts themselves (a failure's, a skip's, a fault's) are written by :mod:`rep
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +39,8 @@ from pytest_neuronsupport.baseline import (
     decide,
 )
 from pytest_neuronsupport.dataset.support import COLUMNS, SUPPORT
-from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.pipeline.classify import PYTEST_OUTCOMES
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.report import failure_text, fault_text, skip_text
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -274,6 +274,17 @@ def junit_global_properties(config: pytest.Config, comparison: Comparison) -> No
     for entry in comparison.failing:
         change = f"{entry.model_id}: {entry.expected} -> {entry.actual}"
         xml.add_global_property(f"baseline_failing_{entry.kind}", change)
+
+
+def junit_in_order(config: pytest.Config, rank: Callable[[str], int]) -> None:
+    """junit's test cases (``--junitxml``) ordered by ``rank`` of their names (the models):
+    pytest's own list of them, in the order they ended, each finalized (only its element is
+    left, named by the model). Call it before junitxml writes its file."""
+    from _pytest.junitxml import xml_key  # pytest's own store of its junit writer
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.node_reporters_ordered.sort(key=lambda rep: rank(str(rep.to_xml().get("name"))))
 
 
 def mend_junit_skip(config: pytest.Config, report: pytest.TestReport) -> None:

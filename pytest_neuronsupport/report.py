@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_neuronsupport.baseline import Comparison
 from pytest_neuronsupport.dataset.support import SUPPORT
@@ -22,10 +22,8 @@ from pytest_neuronsupport.pipeline.classify import (
 )
 from pytest_neuronsupport.progress import UNCHANGED
 from pytest_neuronsupport.progress import model_line as row_line
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
-
-if TYPE_CHECKING:
-    from pytest_neuronsupport.modes import ModeOutcome
 
 
 def failure_text(row: Mapping[str, Any], run_py: str | Path | None) -> str:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CARD_TASKS",
     "EXPAND",
-    "ORDERS",
+    "RANKINGS",
     "SELECTED_TASKS",
     "Candidate",
     "Entry",
@@ -58,8 +58,8 @@ CARD_TASKS: Final = (
 """The tasks the card's sweep ranks, in its order."""
 SELECTED_TASKS: Final = ("text-generation", "image-text-to-text")
 """The tasks whose models make the selection (``selection_rank``)."""
-ORDERS: Final = ("downloads", "trending_score")
-"""The orders each task is ranked by, as ``list_models(sort=...)`` names them."""
+RANKINGS: Final = ("downloads", "trending_score")
+"""The rankings of each task, as ``list_models(sort=...)`` names them."""
 EXPAND: Final = [
     "sha",
     "downloads",
@@ -125,9 +125,9 @@ def candidates(
     position. ``api`` is a ``huggingface_hub.HfApi``; the client pages the Hub's listing."""
     found: dict[str, Candidate] = {}
     for task in tasks:
-        for order in ORDERS:
+        for ranking in RANKINGS:
             listing = api.list_models(
-                filter="transformers", pipeline_tag=task, sort=order, limit=depth, expand=EXPAND
+                filter="transformers", pipeline_tag=task, sort=ranking, limit=depth, expand=EXPAND
             )
             for position, info in enumerate(listing, start=1):
                 seen = found.get(info.id)

@@ -37,22 +37,24 @@ from pytest_neuronsupport import (
     shards,
     xdist,
 )
+from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
 from pytest_neuronsupport.dataset.journal import Journal
-from pytest_neuronsupport.dataset.layout import SHARDS, run_py_path
+from pytest_neuronsupport.dataset.layout import SHARDS, phases_dir, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
 from pytest_neuronsupport.dataset.stores import Results, ResultsError
 from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.dataset.tables import table_named
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.hookcalls import Hooks
-from pytest_neuronsupport.modellist import ModelSpec, parse
-from pytest_neuronsupport.modes import Mode, ModeOutcome
+from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
+from pytest_neuronsupport.modes import Mode
 from pytest_neuronsupport.outcomes import outcomes_of
 from pytest_neuronsupport.pipeline import prefetch
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.progress import recorded_costs
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY, installed_stack
@@ -92,6 +94,10 @@ class SweepSession:
         hooks = Hooks(self.config)
         return Sweep(self.settings, self.runners, self.stack, xdist.sweep_id(self.config), hooks)
 
+    @property
+    def sweep_id(self) -> str:
+        return self.sweep.sweep_id
+
     @cached_property
     def hub_cache(self) -> hub.CacheBound:
         """The Hub cache's bound (``--neuron-hub-cache-max``), as the models' runs end."""
@@ -109,9 +115,8 @@ class SweepSession:
         plugins.register(self, "neuronsupport-session")
         plugins.register(display, "neuronsupport-display")
         plugins.register(outcomes.JunitSkips(self.config), "neuronsupport-junit-skips")
-        plugins.register(order.ListOrder(self.config, self), "neuronsupport-list-order")
         if plugins.hasplugin("xdist"):
-            plugins.register(xdist.XdistHooks(self, display), "neuronsupport-xdist")
+            plugins.register(xdist.XdistHooks(self.config, self, display), "neuronsupport-xdist")
 
     # --- hooks -------------------------------------------------------------------------------
 
@@ -140,12 +145,12 @@ class SweepSession:
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
         """With a shard: keep this machine's part of the models, deselect the others; then
-        the order they start in (:mod:`.order`)."""
+        the order they start in (:meth:`start_order`)."""
         if self.settings.shard is not None:
             ids = collect.model_ids(items)
             mine = shards.mine(ids, self.costs(ids), self.settings.shard, self.store)
             collect.deselect(config, items, keep=mine)
-        order.apply(config, items, self.sweep)
+        self.start_order(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Without xdist: the models are known (controller only)."""
@@ -173,10 +178,11 @@ class SweepSession:
         if not self.config.option.collectonly:
             report.write_summary(terminalreporter, self.summary_facts())
 
-    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: it gets the baseline
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file: the baseline, the order
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Merge this sweep's journal into the results, then hold the sweep against the
-        baseline (controller only)."""
+        """The reports in list order; merge this sweep's journal into the results, then hold
+        the sweep against the baseline (controller only)."""
+        self.in_list_order()
         if self.prefetcher is not None:
             self.prefetcher.stop()
         if self.controller and self.journal is not None:
@@ -216,7 +222,55 @@ class SweepSession:
             comparison=self.comparison,
         )
 
+    # --- the order models start in, and the order they are reported in -----------------------
+
+    def start_order(self, items: list[pytest.Item]) -> None:
+        """``--neuron-order cost`` under several workers or lanes: the model items in their
+        start order (:func:`.order.start_order`), the same in every worker
+        (:func:`.order.shared_order`)."""
+        workers, most, dist = xdist.scheduling(self.config)
+        s = self.settings
+        if s.order != "cost" or workers * s.lanes <= 1:
+            return
+        found = order.start_order(
+            [item.spec for item in items if isinstance(item, ModelItem)],
+            partial(self.sweep.recorded, SUPPORT),
+            cache=s.cache,
+            core_gb=s.core_capacity_gb,
+            max_cores=min(s.max_cores, s.device.core_count()),
+            workers=workers,
+            most=most,
+            dist=dist,
+        )
+        found = order.shared_order(phases_dir(s.results, self.sweep.sweep_id), found)
+        order.reorder(
+            items, found, lambda item: item.spec.id if isinstance(item, ModelItem) else None
+        )
+
+    def in_list_order(self) -> None:
+        """The sweep's reports in list order whatever order its models ran in: the rows the
+        summary lists and junit's test cases (the dataset's files are sorted by model)."""
+        position = {m: i for i, m in enumerate(self.list_ids())}
+        for rows in self.rows.values():
+            rows.sort(key=lambda row: position.get(row["model_id"], len(position)))
+        outcomes.junit_in_order(self.config, lambda name: position.get(name, len(position)))
+
+    def list_ids(self) -> list[str]:
+        """The models of the lists, in list order (an unreadable list: none of its models)."""
+        ids: list[str] = []
+        for path in self.settings.lists:
+            try:
+                ids += [spec.id for spec in parse(path, self.runners)]
+            except (ModelListError, OSError):
+                continue
+        return ids
+
     # --- the state ---------------------------------------------------------------------------
+
+    def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None:
+        """A worker died while running a model: its report carries that model's row,
+        FAIL(other) (:func:`.outcomes.carry`)."""
+        outcomes.carry(report, crashed(nodeid, why, self.sweep, self.modes))
 
     def record(self, carried: list[ModeOutcome]) -> None:
         """Keep each outcome's rows, publish them (beyond the local folder, if the store goes
@@ -308,3 +362,13 @@ class SweepSession:
     def costs(self, models: list[str]) -> dict[str, float]:
         """The recorded ``wall_s`` of each model of this sweep's pair."""
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
+
+
+def crashed(nodeid: str, why: str, sweep: Sweep, modes: list[Mode]) -> list[dict[str, Any]]:
+    """The outcomes of a model whose xdist worker died while running it: its first mode's
+    row, FAIL(other) (plain types, as a report carries them)."""
+    model_id = nodeid.rsplit("::", 1)[-1]
+    specs = {s.id: s for path in sweep.settings.lists for s in parse(path, sweep.runners)}
+    spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
+    first = (modes_.modes_for(spec, modes, sweep.settings) or modes)[0]
+    return [modes_.crashed(first, sweep, spec, why).to_dict()]

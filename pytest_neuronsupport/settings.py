@@ -4,7 +4,6 @@ defaults they keep."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import devices
+from pytest_neuronsupport import devices, xdist
 from pytest_neuronsupport.dataset.layout import is_hub, is_shared
+from pytest_neuronsupport.dataset.stores import local_copy
 from pytest_neuronsupport.devices import Device
 from pytest_neuronsupport.modellist import ModelListError, default_lists, resolve_paths
 from pytest_neuronsupport.options import BY_NAME, OPTIONS, declared, ini_keys, parsed_value
@@ -187,7 +187,7 @@ def settings_from(config: pytest.Config) -> Settings:
     cache, results = get("cache"), get("results")
     shared = values.text("results")
     if shared is not None and is_shared(shared):
-        results = shared_copy(cache, shared)
+        results = local_copy(cache, shared)
     else:
         shared = None
     baseline_text = values.text("baseline")
@@ -221,18 +221,12 @@ def settings_from(config: pytest.Config) -> Settings:
         require_check=get("require-check"),
         shard=shard,
         leases=get("leases"),
-        workers=int(getattr(config, "workerinput", {}).get("workercount", 1)),
+        workers=xdist.worker_count(config),
         lanes=get("lanes"),
         train=get("train"),
         train_max_batch=get("train-max-batch"),
         **perf_settings(values),
     )
-
-
-def shared_copy(cache: Path, uri: str) -> Path:
-    """The local copy a sweep works on for the shared dataset ``uri``: one per URI, in the
-    cache."""
-    return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
 def perf_settings(values: _Values) -> dict[str, Any]:

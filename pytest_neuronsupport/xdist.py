@@ -1,31 +1,50 @@
-"""pytest-xdist plumbing: who is a worker, the sweep's id handed to the workers, and the row of
-a model whose worker died.
+"""pytest-xdist plumbing, asked by everyone and by nothing else: who is a worker, how many
+share the items and how they are sent, the sweep's id, and the hooks that exist only with xdist.
 
-Registered only when xdist is installed (its hooks exist only then). Data goes to workers
-through ``pytest_configure_node`` → ``node.workerinput``, as xdist's own plugins do.
+Data goes to workers through ``pytest_configure_node`` → ``node.workerinput``, as xdist's own
+plugins do, filled in one place (:meth:`XdistHooks.pytest_configure_node`): the sweep's id
+(for the shared ``--neuron-limit`` count and the sweep's folder) and the controller's
+scheduling (a worker's own options say ``--dist no``). This module imports nothing of the
+sweep: the session it serves is a :class:`Session` (:class:`~.session.SweepSession`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
-from pytest_neuronsupport import modes as modes_
-from pytest_neuronsupport.modellist import ModelSpec, parse
-from pytest_neuronsupport.modes import Mode
-from pytest_neuronsupport.outcomes import carry
-from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners.lib.processes import die_with_parent
 
+#: The keys of a worker's ``workerinput`` that this plugin fills.
 SWEEP_ID_KEY = "neuronsupport_sweep_id"
+SCHEDULING_KEY = "neuronsupport_scheduling"
+#: The xdist schedulers that send items one by one, whose start the order can set.
+DEALT = ("load", "worksteal")
 
 
 def is_worker(config: pytest.Config) -> bool:
+    """Whether this process is an xdist worker (not the controller, nor a run without xdist)."""
     return hasattr(config, "workerinput")
+
+
+def worker_count(config: pytest.Config) -> int:
+    """How many xdist workers share the session's items (1 without xdist, and in the
+    controller)."""
+    return int(getattr(config, "workerinput", {}).get("workercount", 1))
+
+
+def scheduling(config: pytest.Config) -> tuple[int, int | None, str]:
+    """The workers that share out the items one by one (xdist's ``load`` or ``worksteal``
+    scheduler), the controller's ``--maxschedchunk``, and its ``--dist`` (1 worker without
+    xdist, or under another scheduler)."""
+    if not is_worker(config):
+        return 1, None, "no"
+    dist, most = config.workerinput.get(SCHEDULING_KEY) or ("load", None)  # type: ignore[attr-defined]
+    if dist not in DEALT:
+        return 1, None, dist
+    return worker_count(config), most, dist
 
 
 def tie_to_controller(config: pytest.Config) -> None:
@@ -42,14 +61,21 @@ def sweep_id(config: pytest.Config) -> str:
     return str(workerinput.get(SWEEP_ID_KEY) or uuid.uuid4().hex)
 
 
+def handed(config: pytest.Config, sweep: str) -> dict[str, Any]:
+    """What the controller hands each worker in its ``workerinput``: the sweep's id and the
+    controller's scheduling (its ``--dist`` and ``--maxschedchunk``)."""
+    option = config.option
+    scheduled = (getattr(option, "dist", "load"), getattr(option, "maxschedchunk", None))
+    return {SWEEP_ID_KEY: sweep, SCHEDULING_KEY: scheduled}
+
+
 class Session(Protocol):
     """What the xdist hooks need of the sweep session."""
 
     @property
-    def sweep(self) -> Sweep: ...
-    @property
-    def modes(self) -> list[Mode]: ...
+    def sweep_id(self) -> str: ...
     def start_prefetch(self, models: list[str]) -> None: ...
+    def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None: ...
 
 
 class Display(Protocol):
@@ -61,35 +87,26 @@ class Display(Protocol):
 class XdistHooks:
     """Hooks that exist only with pytest-xdist."""
 
-    def __init__(self, session: Session, display: Display) -> None:
+    def __init__(self, config: pytest.Config, session: Session, display: Display) -> None:
+        self.config = config
         self.session = session
         self.display = display
+        self.collected = False
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Hand the sweep's id to each worker (for the shared --neuron-limit count)."""
-        node.workerinput[SWEEP_ID_KEY] = self.session.sweep.sweep_id
+        """Hand each worker the sweep's id and the controller's scheduling."""
+        node.workerinput.update(handed(self.config, self.session.sweep_id))
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller collects nothing: the first worker's collection is the sweep's."""
-        if not getattr(self, "_collected", False):
-            self._collected = True
+        if not self.collected:
+            self.collected = True
             models = [nodeid.rsplit("::", 1)[-1] for nodeid in ids]
             self.session.start_prefetch(models)
             self.display.start(models)
 
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """A worker died while running a model: its report carries that model's row,
-        FAIL(other) (:func:`.outcomes.carry`)."""
+        """A worker died while running a model: the session puts that model's row on the
+        report."""
         why = f"the xdist worker running it died ({report.longrepr})".replace("\n", " ")
-        carry(report, crashed(crashitem, why, self.session.sweep, self.session.modes))
-
-
-def crashed(nodeid: str, why: str, sweep: Sweep, modes: Sequence[Mode]) -> list[dict[str, Any]]:
-    """The outcomes of a model whose xdist worker died while running it: its first mode's
-    row, FAIL(other) (plain types, as a report carries them)."""
-    model_id = nodeid.rsplit("::", 1)[-1]
-    lists = sweep.settings.lists
-    specs = {s.id: s for path in lists for s in parse(path, sweep.runners)}
-    spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
-    first = (modes_.modes_for(spec, modes, sweep.settings) or modes)[0]
-    return [modes_.crashed(first, sweep, spec, why).to_dict()]
+        self.session.worker_died(crashitem, why, report)

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pytest_neuronsupport import __version__, settings, zoo
+from pytest_neuronsupport import __version__, zoo
 from pytest_neuronsupport.cli import main as cli_main
 from pytest_neuronsupport.dataset.perf import PERF
+from pytest_neuronsupport.dataset.stores import local_copy
 from pytest_neuronsupport.dataset.stores.s3 import SharedResults
 from pytest_neuronsupport.dataset.support import SCHEMA
 from pytest_neuronsupport.views.dashboard import dashboard
@@ -99,7 +100,7 @@ def test_every_view_reads_a_dataset_on_s3_through_the_store(
 
     code, out, _ = run("dashboard", "--results", uri)
     assert code == 0
-    (column,) = dashboard(settings.shared_copy(tmp_path / "cache", uri)).columns
+    (column,) = dashboard(local_copy(tmp_path / "cache", uri)).columns
     assert column.metrics["speedup"] == 2.0 and column.metrics["pass_rate"] == 0.5
     assert out.splitlines()[0].split() == ["inductor-2.13.0", "/", "transformers-5.24.0"]
     code, out, _ = run("lookup", "org/", "--results", uri)

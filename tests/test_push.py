@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pytest_neuronsupport import cli
+from pytest_neuronsupport.dataset.stores import local_copy
 from pytest_neuronsupport.dataset.stores.hub import HubDataset, HubError
 from pytest_neuronsupport.minihub import MiniHub
 from tests.results_for_tests import result_row, write_results
@@ -235,7 +236,7 @@ def test_merge_pushes_what_a_dead_sweep_into_the_hub_left_in_its_local_copy(
 ) -> None:
     """A sweep into ``hf://`` killed before its end leaves its rows in the local copy's
     journal: ``neuronsupport merge --results hf://...`` merges them there, then pushes them."""
-    from pytest_neuronsupport import options, settings
+    from pytest_neuronsupport import options
     from pytest_neuronsupport.dataset.journal import Journal
     from tests.results_for_tests import pair_of
 
@@ -244,7 +245,7 @@ def test_merge_pushes_what_a_dead_sweep_into_the_hub_left_in_its_local_copy(
     code, out = _run("merge", "--results", uri)
     assert code == 0 and "no local copy" in out, out  # nothing swept here yet
 
-    copy = settings.shared_copy(options.default_cache(), uri)
+    copy = local_copy(options.default_cache(), uri)
     journal = Journal(copy)  # left open, as a killed sweep leaves it (its lock released)
     for row in (result_row("org/a"), result_row("org/b", "FAIL(gen)")):
         journal.append(pair_of(row), row)

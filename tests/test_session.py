@@ -15,7 +15,12 @@ import pytest
 
 from pytest_neuronsupport import plugin, report, xdist
 from pytest_neuronsupport.backends import compile_turned_off
-from pytest_neuronsupport.dataset.stores import FolderResults, ObjectStoreResults, open_results
+from pytest_neuronsupport.dataset.stores import (
+    FolderResults,
+    ObjectStoreResults,
+    local_copy,
+    open_store,
+)
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.modes import ModeOutcome
 from pytest_neuronsupport.outcomes import JunitSkips
@@ -90,13 +95,15 @@ def test_rows_are_kept_per_table_and_counted_apart(pytester: pytest.Pytester) ->
 
 
 def test_the_results_store_follows_the_uri(tmp_path: Path) -> None:
-    folder = open_results(tmp_path / "results")
+    folder = open_store(tmp_path / "results", tmp_path / "cache")
     assert isinstance(folder, FolderResults) and folder.folder == tmp_path / "results"
     where, _ = folder.write_once("shards/k.json", "first")
     assert folder.write_once("shards/k.json", "second") == (where, "first")
     assert where == str(tmp_path / "results" / "shards" / "k.json")
-    shared = open_results(tmp_path / "copy", "s3://bucket/prefix")
-    assert isinstance(shared, ObjectStoreResults) and shared.folder == tmp_path / "copy"
+    shared = open_store("s3://bucket/prefix", tmp_path / "cache")
+    copy = local_copy(tmp_path / "cache", "s3://bucket/prefix")
+    assert isinstance(shared, ObjectStoreResults) and shared.folder == copy
+    assert copy.parent == tmp_path / "cache" / "shared"
     assert shared.where("shards") == "s3://bucket/prefix/shards"
 
 

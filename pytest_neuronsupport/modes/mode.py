@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,41 +38,9 @@ from pytest_neuronsupport.pipeline import classify, prefetch
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import sha256
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
-
-
-@dataclass(frozen=True)
-class ModeOutcome:
-    """What one mode's test of a model came to: its table's rows (validated, JSON form), or why
-    it ran nothing. Built of plain types, so that it travels on a test report under xdist
-    (:meth:`to_dict`, :meth:`from_dict`)."""
-
-    #: The table's name (:attr:`~pytest_neuronsupport.dataset.table.Table.name`).
-    table: str
-    model_id: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    #: Nothing ran: its script is the one recorded (the recorded row stands).
-    unchanged: bool = False
-    #: Why nothing ran (unchanged, or ``--neuron-limit`` reached).
-    reason: str | None = None
-    #: The script the rows came from, for the failure text.
-    run_py: str | None = None
-    #: An environment fault (:mod:`~pytest_neuronsupport.faults`) that stopped the test before
-    #: any verdict: no row (a recorded one stays); the model's test is an error naming it.
-    fault: str | None = None
-
-    @property
-    def ran(self) -> bool:
-        """Whether the mode's test made rows."""
-        return self.reason is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModeOutcome:
-        return cls(**data)
 
 
 @dataclass(frozen=True)

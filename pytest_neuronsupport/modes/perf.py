@@ -24,7 +24,7 @@ from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import Script, common_row, trains
 from pytest_neuronsupport.peaks import documented as documented_peaks
 from pytest_neuronsupport.pipeline import classify
 from pytest_neuronsupport.pipeline.isolate import Outcome
@@ -32,6 +32,7 @@ from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render, sha256
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners.lib import measures
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.settings import Settings

@@ -33,7 +33,7 @@ from typing import Any
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
-from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, minify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script, scratch_reference
@@ -48,6 +48,7 @@ from pytest_neuronsupport.pipeline.render import (
 )
 from pytest_neuronsupport.pipeline.sizing import host_holds_fp32, host_holds_fp64
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.settings import Settings
 

@@ -24,13 +24,14 @@ from typing import Any
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.train import TRAIN
 from pytest_neuronsupport.modellist import DEFAULT_SEQ_LEN, ModelSpec
-from pytest_neuronsupport.modes.mode import ModeOutcome, Script, common_row, trains
+from pytest_neuronsupport.modes.mode import Script, common_row, trains
 from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script
 from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
+from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.settings import Settings
 

@@ -15,6 +15,7 @@ the store for a local folder holding its rows as they are now (:meth:`~Results.r
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -34,7 +35,8 @@ __all__ = [
     "ObjectStoreResults",
     "Results",
     "ResultsError",
-    "open_results",
+    "local_copy",
+    "open_store",
 ]
 
 
@@ -335,24 +337,36 @@ def check_folder(folder: Path) -> None:
         raise ResultsError(f"{folder} cannot be written: {exc.strerror or exc}") from None
 
 
-def open_results(folder: Path, shared: str | None = None) -> Results:
-    """The store that ``--neuron-results`` names: a ``folder``, or the ``shared`` dataset
-    (``s3://bucket/prefix`` or ``hf://datasets/ORG/NAME``) whose local copy ``folder`` is.
+def open_store(uri: str | Path, cache: Path) -> Results:
+    """The results store a URI names, as pytest-benchmark's ``load_storage(uri)``: one call,
+    used by the sweep (``--neuron-results``) and by every ``neuronsupport`` command alike.
+
+    A folder's path is that folder (:class:`FolderResults`); ``s3://bucket/prefix``
+    (:class:`ObjectStoreResults`) and ``hf://datasets/ORG/NAME`` (:class:`HubResults`) are
+    worked on through their local copy in ``cache`` (:func:`local_copy`).
 
     Raises:
         ResultsError: an ``s3://`` URI without boto3 installed, a URI without a bucket, an
             ``hf://`` URI that is not a dataset repo's.
     """
-    if shared is None or not is_shared(shared):
-        return FolderResults(folder)
-    if is_hub(shared):
+    text = str(uri)
+    if not is_shared(text):
+        return FolderResults(Path(uri))
+    folder = local_copy(cache, text)
+    if is_hub(text):
         try:
-            return HubResults(shared, folder)
+            return HubResults(text, folder)
         except ValueError as exc:
             raise ResultsError(str(exc)) from None
     if importlib.util.find_spec("boto3") is None:
-        raise ResultsError(f"{shared} needs boto3: pip install 'pytest-neuronsupport[s3]'")
+        raise ResultsError(f"{text} needs boto3: pip install 'pytest-neuronsupport[s3]'")
     try:
-        return ObjectStoreResults(shared, folder)
+        return ObjectStoreResults(text, folder)
     except ValueError as exc:
         raise ResultsError(str(exc)) from None
+
+
+def local_copy(cache: Path, uri: str) -> Path:
+    """The local copy a sweep or a command works on for the shared dataset ``uri``: one per
+    URI, in the cache."""
+    return cache / "shared" / hashlib.sha256(uri.encode()).hexdigest()[:16]
