@@ -42,6 +42,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
 
 from pytest_neuronsupport import zoo
+from pytest_neuronsupport.bundled import bundled_dir
 from pytest_neuronsupport.runners import Runners
 
 ZOO_PREFIX = "zoo:"
@@ -337,17 +338,6 @@ def check_unique(specs: Iterable[ModelSpec], seen: dict[str, ModelSpec] | None =
         seen.setdefault(spec.id, spec)
 
 
-def bundled_dir() -> Path:
-    """The folder of the model lists shipped with the project.
-
-    Installed from a wheel they sit inside the package; in a source checkout (editable
-    install) they are the repository's ``model_lists/``.
-    """
-    here = Path(__file__).resolve().parent
-    inside = here / "model_lists"
-    return inside if inside.is_dir() else here.parent / "model_lists"
-
-
 def default_lists(train: bool = False) -> list[Path]:
     """The bundled tiny-model list (``train.toml`` for a training sweep)."""
     return [bundled_dir() / ("train.toml" if train else "tiny.toml")]
@@ -363,7 +353,8 @@ def bundled(name: str) -> Path | None:
 
 def bundled_names() -> list[str]:
     """The names of the bundled lists (``tiny``, ``architectures``...)."""
-    return sorted(p.stem for p in bundled_dir().glob("*.toml") if not p.stem.endswith("expected"))
+    data = ("-expected", "-built")  # a baseline and the architecture table: not lists
+    return sorted(p.stem for p in bundled_dir().glob("*.toml") if not p.stem.endswith(data))
 
 
 def resolve_paths(values: Sequence[str], base: Path) -> list[Path]:

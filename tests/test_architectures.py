@@ -11,8 +11,10 @@ import pytest
 
 from pytest_neuronsupport.modellist import bundled_dir, parse
 from pytest_neuronsupport.runners import Runners
-from pytest_neuronsupport.zoo import architectures, processor
-from pytest_neuronsupport.zoo.architecture_table import BUILT, NOT_BUILDABLE
+from pytest_neuronsupport.zoo import architectures, processor, table
+
+BUILT = table.built()
+NOT_BUILDABLE = table.not_buildable()
 
 MAPPED = {cls: (model_type, kind) for model_type, cls, kind in architectures.mapped()}
 #: The image-text-to-text classes built with their processor.
@@ -180,3 +182,29 @@ def test_the_shrunk_configs_fit_the_shrunk_model() -> None:
     assert kimi.num_experts_per_token <= kimi.num_experts
     t5gemma2: Any = _config("t5gemma2", "seq2seq_lm")  # its static cache needs a full layer
     assert t5gemma2.decoder.layer_types == ["sliding_attention", "full_attention"]
+
+
+def test_the_table_file_is_the_text_its_writer_makes_of_it() -> None:
+    """The table is data (``model_lists/architectures-built.toml``) written by
+    :func:`~pytest_neuronsupport.zoo.table.table_text`, as ``python -m
+    pytest_neuronsupport.zoo.measure`` writes it: nothing in it was edited by hand."""
+    measured: dict[str, str | None] = {cls: None for cls in BUILT}
+    measured.update(NOT_BUILDABLE)
+    version = 'transformers = "'
+    written = [line for line in table.table_text(measured).splitlines() if version not in line]
+    stored = table.table_path().read_text(encoding="utf-8").splitlines()
+    assert [line for line in stored if version not in line] == written
+
+
+@pytest.mark.slow
+def test_the_table_is_regenerated_by_building_each_class() -> None:
+    """``python -m pytest_neuronsupport.zoo.measure --classes ...`` builds each class in a
+    worker: one that builds, and one whose build raises (listed with its exception)."""
+    from pytest_neuronsupport.zoo import measure
+
+    found = measure.measure(["LlamaForCausalLM", "NemotronForCausalLM"])
+    assert found == {
+        "LlamaForCausalLM": None,
+        "NemotronForCausalLM": NOT_BUILDABLE["NemotronForCausalLM"],
+    }
+    assert found["NemotronForCausalLM"].startswith("TypeError: ")

@@ -2,8 +2,7 @@
 
 A function's length runs from its ``def`` line to its last line, docstring and comments
 included (decorators not). Nested functions and methods count on their own, and inside the
-function that holds them. The generated table (``zoo/architecture_table.py``) holds data and no
-function, so no module is left out.
+function that holds them. No module is left out.
 """
 
 from __future__ import annotations

@@ -60,14 +60,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _build_architectures(names: list[str], cache: Path) -> int:
-    from pytest_neuronsupport.zoo import architecture_table, architectures
+    from pytest_neuronsupport.zoo import architectures, table
 
     mapped = {cls for _, cls, _ in architectures.mapped()}
     unknown = sorted(set(names) - mapped)
     if unknown:
         raise CommandError(f"not a class transformers maps for the card's tasks: {unknown}")
-    for cls in names or sorted(architecture_table.BUILT & mapped):
-        why = architecture_table.NOT_BUILDABLE.get(cls)
+    for cls in names or sorted(table.built() & mapped):
+        why = table.not_buildable().get(cls)
         if why:
             print(f"{cls}  not buildable: {why}")
         else:

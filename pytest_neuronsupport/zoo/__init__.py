@@ -33,10 +33,11 @@ Modules, each importing only those listed after it:
 - ``sharpen``: the sharpeners, which give the random models clear winners over near-ties.
 - ``tokenizer``: tokenizer families, byte-level BPE training, the ``transformers`` wrapper.
 - ``corpus``: the English training corpus of the tokenizers.
-- ``architectures`` (apart, with ``architecture_table``): a tiny model of every class transformers
-  maps for the card's text tasks, its config shrunk, the ``roberta`` family's tokenizer
-  (an image-text-to-text family's processor too: ``processor``) (``neuronsupport zoo build
-  --architectures``); the table says which build and why not.
+- ``architectures`` (apart, with ``table``, the table of those that build, and ``measure``,
+  which regenerates it): a tiny model of every class transformers maps for the card's text
+  tasks, its config shrunk, the ``roberta`` family's tokenizer (an image-text-to-text family's
+  processor too: ``processor``) (``neuronsupport zoo build --architectures``); the table says
+  which build and why not.
 """
 
 from __future__ import annotations
@@ -44,10 +45,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_neuronsupport.zoo.builder import build, ensure_built, zoo_root
-from pytest_neuronsupport.zoo.catalog import ZOO_VERSION, ZooModel, get, names
-
-#: A zoo name that starts with this names a tiny architecture: ``arch/LlamaForCausalLM``.
-ARCHITECTURE_PREFIX = "arch/"
+from pytest_neuronsupport.zoo.catalog import ARCHITECTURE_PREFIX, ZOO_VERSION, ZooModel, get, names
 
 __all__ = [
     "ARCHITECTURE_PREFIX",
@@ -66,12 +64,12 @@ __all__ = [
 def problem(name: str) -> str | None:
     """Why ``name`` (after ``zoo:``) names no zoo model, or None when it names one."""
     if name.startswith(ARCHITECTURE_PREFIX):
-        from pytest_neuronsupport.zoo.architecture_table import BUILT, NOT_BUILDABLE
+        from pytest_neuronsupport.zoo import table
 
         cls = name.removeprefix(ARCHITECTURE_PREFIX)
-        if cls in NOT_BUILDABLE:
-            return f"the tiny architecture {cls!r} cannot be built: {NOT_BUILDABLE[cls]}"
-        if cls not in BUILT:
+        if cls in table.not_buildable():
+            return f"the tiny architecture {cls!r} cannot be built: {table.not_buildable()[cls]}"
+        if cls not in table.built():
             return (
                 f"unknown tiny architecture {cls!r} (a class transformers maps for the card's "
                 "text tasks: `neuronsupport zoo list --architectures`)"

@@ -12,10 +12,10 @@ too, for 32x32 images in 8x8 patches), with its family's image processor on the 
 in its family's processor (or one that takes the same inputs without a video processor), chat
 template and image tokens (:data:`~.processor.VISION`), for the multimodal runner.
 
-What cannot be built is listed in :mod:`.architecture_table`, each class with its reason; the
-coverage test (``tests/test_architectures.py``) fails when transformers maps a class that is in
-neither that table's built nor its not-buildable list. Nothing here imports anything heavy at
-module level.
+What cannot be built is listed in the architecture table (:mod:`.table`), each class with its
+reason; the coverage test (``tests/test_architectures.py``) fails when transformers maps a class
+that is in neither that table's built nor its not-buildable list. Nothing here imports anything
+heavy at module level.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from pytest_neuronsupport import automap
 from pytest_neuronsupport.builtonce import built_once
 from pytest_neuronsupport.zoo.builder import _quiet_deterministic_build, zoo_root
+from pytest_neuronsupport.zoo.catalog import ARCHITECTURE_PREFIX
 from pytest_neuronsupport.zoo.tokenizer import family_ids, make_tokenizer
 
 #: The kinds of mapping of the card's text tasks.
@@ -170,10 +171,9 @@ def model_list() -> str:
     also image-text-to-text (Gemma 3), built as the text model it is first in :data:`KINDS`."""
     import tomlkit
 
-    from pytest_neuronsupport.zoo import ARCHITECTURE_PREFIX
-    from pytest_neuronsupport.zoo.architecture_table import BUILT
+    from pytest_neuronsupport.zoo import table
 
-    built = {cls: (model_type, kind) for model_type, cls, kind in mapped() if cls in BUILT}
+    built = {cls: (t, kind) for t, cls, kind in mapped() if cls in table.built()}
     models = tomlkit.aot()
     for cls in sorted(built):
         model = tomlkit.table()

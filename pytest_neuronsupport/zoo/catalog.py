@@ -34,6 +34,9 @@ from pytest_neuronsupport.zoo.sharpen import (
     untie_head,
 )
 
+#: A zoo name that starts with this names a tiny architecture: ``arch/LlamaForCausalLM``.
+ARCHITECTURE_PREFIX = "arch/"
+
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig
 
