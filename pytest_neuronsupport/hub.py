@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from pytest_neuronsupport.faults import Fault
+from pytest_neuronsupport.runners.lib.protocol import first_line
+from pytest_neuronsupport.units import GB
 
 __all__ = [
     "HubFault",
@@ -117,7 +119,7 @@ def check_checkpoint(
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         if status is not None and status >= 500:
-            why = first_line(without_hints(str(exc)))
+            why = first_line(without_hints(str(exc)), limit=1000) or str(exc)
             raise HubFault(f"the Hub at {url} answered {status} for {repo_id}: {why}") from None
     except Exception as exc:  # the client's transport errors (httpx's, or its fork httpx2's)
         kinds = {kind.__name__ for kind in type(exc).__mro__}
@@ -129,15 +131,6 @@ def check_checkpoint(
             why = f"{type(exc).__name__}: {exc}"
             raise HubFault(f"the Hub at {url} is unreachable: {why}") from None
         raise
-
-
-def first_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else text
-
-
-#: Bytes in a GB, as ``--neuron-hub-cache-max GB`` counts them.
-GB: Final = 10**9
 
 
 def bound_cache(

@@ -42,6 +42,7 @@ from pytest_neuronsupport.dataset.durable import write_once
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import sizing
 from pytest_neuronsupport.runners.lib.warned import library_warnings
+from pytest_neuronsupport.units import GB
 from pytest_neuronsupport.zoo.builder import zoo_root
 
 #: The size estimate of a model's core-seconds: a fixed part a core (the compile's and the
@@ -49,7 +50,6 @@ from pytest_neuronsupport.zoo.builder import zoo_root
 #: benchmark's phase model states them (benchmarks/fleet.py).
 FIXED_S_A_CORE = 60.0
 S_PER_GB = 20.0
-GB = 1e9
 #: The file of a sweep's order, in its folder (``<results>/.sweeps/<sweep-id>``): a dot-file,
 #: which the progress's reader of phase files passes over.
 ORDER_FILE = ".order.json"

@@ -51,7 +51,7 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def model_line(row: Mapping[str, Any], more: Iterable[str] = ()) -> str:
+def row_line(row: Mapping[str, Any], more: Iterable[str] = ()) -> str:
     """A finished model: result, id, cores and wall time (and ``more`` facts of its table)."""
     cores = row.get("neuron_cores")
     facts = [f"{cores} core{'s' if cores != 1 else ''}" if cores else None]

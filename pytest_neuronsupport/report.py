@@ -20,8 +20,7 @@ from pytest_neuronsupport.pipeline.classify import (
     own_error,
     unchecked_kind,
 )
-from pytest_neuronsupport.progress import UNCHANGED
-from pytest_neuronsupport.progress import model_line as row_line
+from pytest_neuronsupport.progress import UNCHANGED, row_line
 from pytest_neuronsupport.records import ModeOutcome
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 

@@ -270,7 +270,7 @@ class SweepSession:
     def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None:
         """A worker died while running a model: its report carries that model's row,
         FAIL(other) (:func:`.outcomes.carry`)."""
-        outcomes.carry(report, crashed(nodeid, why, self.sweep, self.modes))
+        outcomes.carry(report, died_outcomes(nodeid, why, self.sweep, self.modes))
 
     def record(self, carried: list[ModeOutcome]) -> None:
         """Keep each outcome's rows, publish them (beyond the local folder, if the store goes
@@ -364,11 +364,11 @@ class SweepSession:
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
 
-def crashed(nodeid: str, why: str, sweep: Sweep, modes: list[Mode]) -> list[dict[str, Any]]:
+def died_outcomes(nodeid: str, why: str, sweep: Sweep, modes: list[Mode]) -> list[dict[str, Any]]:
     """The outcomes of a model whose xdist worker died while running it: its first mode's
     row, FAIL(other) (plain types, as a report carries them)."""
     model_id = nodeid.rsplit("::", 1)[-1]
     specs = {s.id: s for path in sweep.settings.lists for s in parse(path, sweep.runners)}
     spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
     first = (modes_.modes_for(spec, modes, sweep.settings) or modes)[0]
-    return [modes_.crashed(first, sweep, spec, why).to_dict()]
+    return [modes_.worker_died(first, sweep, spec, why).to_dict()]

@@ -181,7 +181,8 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pytest_neuronsupport.pipeline.leases import GIB, HostMemoryGate
+    from pytest_neuronsupport.pipeline.leases import HostMemoryGate
+    from pytest_neuronsupport.units import GIB
 
     g = HostMemoryGate(Path(sys.argv[1]), available=lambda: 10 * GIB, total=lambda: 16 * GIB)
     with g.hold(6 * GIB):

@@ -18,9 +18,9 @@ from pytest_neuronsupport.progress import (
     Ticker,
     duration,
     last_phase,
-    model_line,
     read_running,
     recorded_costs,
+    row_line,
 )
 from pytest_neuronsupport.runners.lib.protocol import PHASE_MARK
 from tests.shared_sweeps import RERUNS
@@ -44,10 +44,10 @@ def test_durations(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
 
-def test_a_model_line_names_result_model_cores_and_time() -> None:
+def test_a_row_line_names_result_model_cores_and_time() -> None:
     row = {"model_id": "zoo:llama", "result": "FAIL(gen)", "neuron_cores": 2, "wall_s": 3.14}
-    assert model_line(row) == "FAIL(gen)     zoo:llama  (2 cores, 3.1s)"
-    assert model_line({"model_id": "m", "result": "EXCLUDED"}) == "EXCLUDED      m"
+    assert row_line(row) == "FAIL(gen)     zoo:llama  (2 cores, 3.1s)"
+    assert row_line({"model_id": "m", "result": "EXCLUDED"}) == "EXCLUDED      m"
 
 
 def test_the_estimate_scales_the_costs_left_by_the_time_per_cost_so_far() -> None:

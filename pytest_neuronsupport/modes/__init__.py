@@ -14,11 +14,11 @@ from pytest_neuronsupport.modes.mode import (
     Mode,
     Script,
     common_row,
-    crashed,
     modes_for,
     test,
     test_entry,
     trains,
+    worker_died,
 )
 from pytest_neuronsupport.modes.perf import Perf
 from pytest_neuronsupport.modes.support import Support
@@ -31,11 +31,11 @@ __all__ = [
     "Script",
     "builtin_modes",
     "common_row",
-    "crashed",
     "modes_for",
     "test",
     "test_entry",
     "trains",
+    "worker_died",
 ]
 
 

@@ -188,7 +188,7 @@ def test(
             return ModeOutcome(name, spec.id, fault=str(fault))
         error = traceback.format_exc()
         why = f"pytest-neuronsupport could not run it: {error.strip().splitlines()[-1]}"
-        rows = [{**base, **classify.crashed(why, error)}]
+        rows = [{**base, **classify.fail_other(why, error)}]
     try:
         recorded_rows = [decided(mode, sweep, spec, row) for row in rows]
     except faults.Fault as met:  # a hook met the disk full, say
@@ -264,8 +264,8 @@ def decided(mode: Mode, sweep: Sweep, spec: ModelSpec, row: dict[str, Any]) -> d
         return classify.unrecordable(row, why, table)
 
 
-def crashed(mode: Mode, sweep: Sweep, spec: ModelSpec, why: str) -> ModeOutcome:
+def worker_died(mode: Mode, sweep: Sweep, spec: ModelSpec, why: str) -> ModeOutcome:
     """The outcome of a model whose process died while running it (an xdist worker)."""
-    row = {**mode.base_row(sweep, spec), **classify.crashed(why)}
+    row = {**mode.base_row(sweep, spec), **classify.fail_other(why)}
     valid = row_to_json(validate_row(row, mode.table), mode.table)
     return ModeOutcome(mode.table.name, spec.id, [valid])

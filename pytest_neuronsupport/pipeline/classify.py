@@ -94,8 +94,9 @@ def judged_again(fields: Mapping[str, Any]) -> dict[str, Any]:
     return done
 
 
-def crashed(why: str, error: str | None = None) -> dict[str, Any]:
-    """Our side failed around the run (our code, the xdist worker): FAIL(other)."""
+def fail_other(why: str, error: str | None = None) -> dict[str, Any]:
+    """The fields of a FAIL(other) row: the run ended without a verdict, or our side failed
+    around it (our code, the xdist worker); ``why`` in its notes."""
     return {"result": Result.FAIL_OTHER, "notes": why, "error": error or why}
 
 
@@ -120,7 +121,7 @@ def _ran(outcome: Outcome) -> dict[str, Any]:
         return fields
     why = ending(outcome)
     hung = f"\n--- where it hung ---\n{outcome.stacks}" if outcome.stacks else ""
-    fields = crashed(why, f"{why}\n--- output tail ---\n{outcome.log_tail}{hung}")
+    fields = fail_other(why, f"{why}\n--- output tail ---\n{outcome.log_tail}{hung}")
     return {**fields, "wall_s": outcome.wall_s}
 
 
@@ -290,7 +291,7 @@ def unrecordable(row: Mapping[str, Any], why: str, table: Table = SUPPORT) -> di
     """A row that does not fit its table's schema (a bug of ours, a hook's bad value):
     FAIL(other), keeping what names the model, its key in the table and its run."""
     kept = {key: row.get(key) for key in (*KEPT, *table.key)}
-    return row_to_json(validate_row({**kept, **crashed(why)}, table), table)
+    return row_to_json(validate_row({**kept, **fail_other(why)}, table), table)
 
 
 def overridden(row: dict[str, Any], result: str | Result, by: str, table: Table = SUPPORT) -> None:

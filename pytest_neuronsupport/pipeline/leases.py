@@ -31,6 +31,7 @@ from typing import Protocol, TypeVar
 import filelock
 
 from pytest_neuronsupport.pipeline import stopping
+from pytest_neuronsupport.units import GIB
 
 
 class Held(Protocol):
@@ -200,7 +201,6 @@ class CoreAllocator:
 
 # --- the host's memory -------------------------------------------------------------------------
 
-GIB = 1024**3
 #: The margin of a run's host-memory estimate (:func:`host_bytes`): a quarter over the weights'
 #: copies, and 1 GiB for the interpreter, torch, transformers, the tokenizer and activations.
 HOST_MARGIN = 1.25

@@ -41,7 +41,9 @@ from typing import Any, Final
 
 from pytest_neuronsupport import faults, hub
 from pytest_neuronsupport.modellist import PACKAGE_PREFIX, ZOO_PREFIX, ModelSpec
+from pytest_neuronsupport.runners.lib.protocol import first_line
 from pytest_neuronsupport.runners.lib.warned import library_warnings
+from pytest_neuronsupport.units import GB
 
 __all__ = [
     "RUN_ENV",
@@ -188,10 +190,10 @@ def fault_of(exc: BaseException, endpoint: str | None = None) -> faults.Fault | 
     status = getattr(response, "status_code", None)
     where = endpoint or hub.endpoint()
     if isinstance(status, int) and status >= 500:
-        why = hub.first_line(hub.without_hints(str(exc)))
+        why = first_line(hub.without_hints(str(exc)), limit=1000)
         return hub.HubFault(f"the Hub at {where} answered {status} while downloading: {why}")
     if kinds & {"TimeoutException", "TransportError", "LocalEntryNotFoundError"}:
-        why = hub.first_line(f"{type(exc).__name__}: {exc}")
+        why = first_line(f"{type(exc).__name__}: {exc}", limit=1000)
         return hub.HubFault(f"the Hub at {where} failed a download: {why}")
     return None
 
@@ -237,7 +239,7 @@ def before_lease(
         took = round(time.monotonic() - started, 3)
         if (fault := fault_of(exc, endpoint)) is not None:
             return Fetched(took, fault=str(fault))
-        why = hub.first_line(hub.without_hints(f"{type(exc).__name__}: {exc}"))
+        why = first_line(hub.without_hints(f"{type(exc).__name__}: {exc}"), limit=1000)
         return Fetched(took, error=f"cannot download its files: {why}")
     return Fetched(round(time.monotonic() - started, 3))
 
@@ -369,7 +371,7 @@ def ahead_budget(prefetch_gb: float, hub_cache_max_gb: float | None) -> int:
     """The prefetcher's budget in bytes: ``--neuron-prefetch-gb``, no more than the cache's
     bound (``--neuron-hub-cache-max``) where there is one."""
     gb = prefetch_gb if hub_cache_max_gb is None else min(prefetch_gb, hub_cache_max_gb)
-    return max(0, int(gb * hub.GB))
+    return max(0, int(gb * GB))
 
 
 def ahead(

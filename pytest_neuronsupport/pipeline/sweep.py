@@ -26,7 +26,7 @@ from pytest_neuronsupport.modellist import ZOO_PREFIX, ModelSpec
 from pytest_neuronsupport.pipeline import prefetch, stopping
 from pytest_neuronsupport.pipeline.budget import Budget
 from pytest_neuronsupport.pipeline.isolate import Executor, Outcome, RunRequest, executor_for
-from pytest_neuronsupport.pipeline.leases import GIB, CoreAllocator, HostMemoryGate
+from pytest_neuronsupport.pipeline.leases import CoreAllocator, HostMemoryGate
 from pytest_neuronsupport.pipeline.plan import Plan, plan, resolve_checkpoint
 from pytest_neuronsupport.pipeline.sizing import size
 from pytest_neuronsupport.progress import PhaseMarks
@@ -39,6 +39,7 @@ from pytest_neuronsupport.runners.lib.protocol import (
 from pytest_neuronsupport.runners.lib.warned import library_warnings
 from pytest_neuronsupport.settings import Settings
 from pytest_neuronsupport.stack import LIBRARY
+from pytest_neuronsupport.units import GIB
 
 #: What every run's environment has unless the sweep's says otherwise.
 RUN_ENV: dict[str, str] = {
