@@ -28,9 +28,9 @@ __all__ = [
 ]
 
 SCHEME: Final = "s3://"
-"""The results that are not a folder: a dataset on object storage (:mod:`.shared`)."""
+"""The results that are not a folder: a dataset on object storage (:mod:`.stores.s3`)."""
 HUB_SCHEME: Final = "hf://"
-"""Or a dataset repo on the Hugging Face Hub, ``hf://datasets/ORG/NAME`` (:mod:`.hub`)."""
+"""Or a dataset repo on the Hugging Face Hub, ``hf://datasets/ORG/NAME`` (:mod:`.stores.hub`)."""
 README: Final = "README.md"
 """The dataset card: ``<results>/README.md``."""
 

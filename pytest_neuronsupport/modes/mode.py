@@ -225,8 +225,9 @@ def scripted(
 
 
 def fetch(sweep: Sweep, planned: Plan, table: Table) -> prefetch.Fetched:
-    """A Hub checkpoint's files, fetched into the cache before its lease (:mod:`.prefetch`):
-    how long it took, for ``table``'s ``download_s`` if it has one."""
+    """A Hub checkpoint's files, fetched into the cache before its lease
+    (:mod:`pytest_neuronsupport.pipeline.prefetch`): how long it took, for ``table``'s
+    ``download_s`` if it has one."""
     if planned.hub:
         sweep.phases.mark("download")
     fetched = prefetch.before_lease(planned.checkpoint, planned.revision, planned.hub)

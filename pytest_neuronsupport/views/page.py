@@ -7,7 +7,7 @@ orders (the selection, by task) and opens (a row's details, its ``run.py`` and `
 each pair's failures grouped by cause (:mod:`.failures`, as ``neuronsupport failures`` groups
 them, rendered by the template), the support matrix by architecture (:mod:`.coverage`, the
 lines of ``neuronsupport coverage``), the performance and training tables (:mod:`.perf` and
-:mod:`.training`, the same cells as ``neuronsupport perf`` and ``train-report``), and the
+:mod:`.train`, the same cells as ``neuronsupport perf`` and ``train-report``), and the
 dashboard across pairs (:mod:`.dashboard`, the table of ``neuronsupport dashboard`` with a plot
 of each metric, and each model's history in its details). The rows reach
 the script as JSON in a ``<script type="application/json">`` element; the script builds the DOM
