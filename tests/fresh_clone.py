@@ -7,11 +7,12 @@ in a copy of the clone) and the tests of the tiny list's sweep (tests/shared_swe
 
 The clone is prepared as the README's first command leaves one: ``.venv`` links to the virtual
 environment running these tests (``Path(sys.executable).parent.parent``), ``HF_HUB_OFFLINE=1``,
-the clone's own package first on ``PYTHONPATH`` (as its editable install would be). For speed,
-its sweep and every sweep of the pages use the ``aot_eager`` backend
-(``PYTEST_ADDOPTS="-o neuron_backend=aot_eager"``: a command's own ``--neuron-backend`` still
-wins) and the session's shared zoo cache (``NEURONSUPPORT_CACHE``), so the zoo is built once
-and CPU references are computed once.
+the clone's own package first on ``PYTHONPATH`` (as its editable install would be). Its sweep
+and every command of the pages run as written, with the backend a user gets (``inductor`` on
+this CPU: the README's sweep is the suite's one inductor sweep of the whole tiny list, and a
+page's ``pytest --neuron-sweep -k llama`` after it finds llama unchanged), with the session's
+shared zoo cache (``NEURONSUPPORT_CACHE``), so the zoo is built once and CPU references are
+computed once. Only ``--junitxml`` is added to the set-up sweep, for ``tiny_sweep``.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ class Scratch:
             PYTHONPATH=str(clone),
             NEURONSUPPORT_CACHE=str(self.cache),
             NEURONSUPPORT_LEASES=str(self.leases),
-            PYTEST_ADDOPTS="-o neuron_backend=aot_eager",
         )
         return env
 
@@ -119,7 +119,7 @@ def prepared(zoo_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Scrat
             sweep = SWEEP_COMMAND.split(" && ")[-1]
             assert sweep.startswith("HF_HUB_OFFLINE=1 .venv/bin/pytest --neuron-sweep")
             env = scratch.env(scratch.clone)
-            env["PYTEST_ADDOPTS"] += f" --junitxml={scratch.sweep_junit}"  # for tiny_sweep
+            env["PYTEST_ADDOPTS"] = f"--junitxml={scratch.sweep_junit}"  # for tiny_sweep
             argv = ["bash", "-e", "-c", sweep]
             code, output = run_command(argv, scratch.clone, env, SWEEP_TIMEOUT)
             scratch.sweep_output.write_text(f"{code}\n{output}", encoding="utf-8")
