@@ -19,7 +19,7 @@ import pytest
 
 from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport import outcomes
-from pytest_neuronsupport.modellist import ModelListError, ModelSpec, check_unique, parse
+from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import Mode
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.records import ModeOutcome
@@ -44,14 +44,15 @@ class ModelListFile(pytest.File):
         *,
         sweep: Sweep,
         modes: Sequence[Mode],
-        listed: dict[str, ModelSpec],
+        specs: Sequence[ModelSpec],
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.sweep = sweep
         self.modes = modes
-        #: The models of the lists collected so far: one listed twice would overwrite its row.
-        self.listed = listed
+        #: Its entries, parsed and checked as the sweep was configured
+        #: (:func:`~pytest_neuronsupport.modellist.parse_lists`).
+        self.specs = specs
 
     @classmethod
     def of(
@@ -60,28 +61,21 @@ class ModelListFile(pytest.File):
         path: Path,
         sweep: Sweep,
         modes: Sequence[Mode],
-        listed: dict[str, ModelSpec],
+        specs: Sequence[ModelSpec],
     ) -> ModelListFile:
         """The collector of the list at ``path``, its node id from :func:`list_nodeid`."""
         nodeid = list_nodeid(path, parent.config.rootpath)
         found: ModelListFile = cls.from_parent(
-            parent, path=path, nodeid=nodeid, sweep=sweep, modes=modes, listed=listed
+            parent, path=path, nodeid=nodeid, sweep=sweep, modes=modes, specs=specs
         )
         return found
 
     def collect(self) -> Iterator[ModelItem]:
-        specs = parse(self.path, runners=self.sweep.runners)
-        check_unique(specs, self.listed)
-        for spec in specs:
+        for spec in self.specs:
             wanted = modes_.modes_for(spec, self.modes, self.sweep.settings)
             yield ModelItem.from_parent(
                 self, name=spec.id, spec=spec, sweep=self.sweep, modes=wanted
             )
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
-        if isinstance(excinfo.value, ModelListError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
 
 def list_nodeid(path: Path, rootpath: Path) -> str:

@@ -9,23 +9,26 @@ that runs the sweep, registered with its companion plugins.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_neuronsupport import baseline, lanes, modes, xdist
 from pytest_neuronsupport.dataset.stores import ResultsError, open_store
 from pytest_neuronsupport.dataset.tables import register
+from pytest_neuronsupport.modellist import ModelListError, parse_lists
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.session import SweepSession
+
+if TYPE_CHECKING:
+    from pytest_neuronsupport.settings import Settings
 
 
 def configure(config: pytest.Config) -> SweepSession:
     """The sweep's session, from the options: settings, runners, modes, the model lists as
     the session's collection arguments, the baseline; registered as a plugin
-    (:meth:`SweepSession.register`). Bad options are a ``UsageError`` naming them."""
-    from pytest_neuronsupport.backends import check_backend
-    from pytest_neuronsupport.runners import entry_point_runners
+    (:meth:`SweepSession.register`). Bad options, and every problem of the model lists, are
+    a ``UsageError`` naming them (the file and line of each)."""
     from pytest_neuronsupport.settings import settings_from
 
     config.addinivalue_line("markers", "neuronsupport: a model of a pytest-neuronsupport sweep")
@@ -35,17 +38,31 @@ def configure(config: pytest.Config) -> SweepSession:
         store = open_store(settings.shared or settings.results, settings.cache)
     except ResultsError as exc:
         raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
+    runners, sweep_modes = extensions(config)
+    try:  # every problem of the lists at once, before anything is imported or started
+        lists = parse_lists(settings.lists, runners)
+    except ModelListError as exc:
+        raise pytest.UsageError(*(f"neuronsupport: {p}" for p in exc.problems)) from None
     if not xdist.is_worker(config):
-        problem = check_backend(settings.backend, settings.device, settings.workdir)
-        if problem:
-            raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
-        problem = lanes.refused(settings.lanes, config)
-        if problem:
-            raise pytest.UsageError(f"neuronsupport: {problem}")
-        problem = settings.device.check(os.environ)  # what the runs inherit
-        if problem:
-            device = settings.device.name
-            raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
+        check_the_run(settings, config)
+    # The model lists are what the session collects, beside any path given explicitly.
+    explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    config.args = [str(p) for p in settings.lists] + list(explicit)
+    try:
+        expected = baseline.load(settings.baseline, settings.baseline_uri)
+    except baseline.BaselineError as exc:
+        raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+    session = SweepSession(
+        config, settings, runners, sweep_modes, store, lists=lists, baseline=expected
+    )
+    session.register()
+    return session
+
+
+def extensions(config: pytest.Config) -> tuple[Runners, list[modes.Mode]]:
+    """The runners and modes, built-in and the users' (their tables registered)."""
+    from pytest_neuronsupport.runners import entry_point_runners
+
     try:
         hook = config.hook
         added = [*entry_point_runners(), *users(hook.pytest_neuronsupport_runners, config)]
@@ -55,16 +72,24 @@ def configure(config: pytest.Config) -> SweepSession:
             register(mode.table)
     except (TypeError, ValueError) as exc:
         raise pytest.UsageError(f"neuronsupport: runners and modes: {exc}") from None
-    # The model lists are what the session collects, beside any path given explicitly.
-    explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
-    config.args = [str(p) for p in settings.lists] + list(explicit)
-    try:
-        expected = baseline.load(settings.baseline, settings.baseline_uri)
-    except baseline.BaselineError as exc:
-        raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
-    session = SweepSession(config, settings, runners, sweep_modes, store, baseline=expected)
-    session.register()
-    return session
+    return runners, sweep_modes
+
+
+def check_the_run(settings: Settings, config: pytest.Config) -> None:
+    """The controller's checks before anything runs: the backend, lanes with the session's
+    options, the environment the runs inherit (a ``UsageError`` naming what is wrong)."""
+    from pytest_neuronsupport.backends import check_backend
+
+    problem = check_backend(settings.backend, settings.device, settings.workdir)
+    if problem:
+        raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
+    problem = lanes.refused(settings.lanes, config)
+    if problem:
+        raise pytest.UsageError(f"neuronsupport: {problem}")
+    problem = settings.device.check(os.environ)  # what the runs inherit
+    if problem:
+        device = settings.device.name
+        raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
 
 
 def users(hook: Any, config: pytest.Config) -> list[Any]:

@@ -24,17 +24,21 @@ A list looks like::
     perf_seq_len = [128]         #   of the options' (--neuron-perf-batch, -seq-len, -io)
     perf_io = ["128/128"]
 
-Every problem in a list stops collection with a :class:`ModelListError` naming the file, the
-line and the entry. This module imports only the standard library and ``huggingface_hub``'s
-validator (cheap): collecting a 1000-entry list must cost next to nothing.
+Every problem of a list is found at once: a :class:`ModelListError` holds them all, each naming
+the file, the line and the entry, and the sweep stops with them before it starts (a usage
+error: :func:`parse_lists`, called as the sweep is configured). This module imports only the
+standard library and ``huggingface_hub``'s validator (cheap): parsing a 1000-entry list must
+cost next to nothing.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +86,12 @@ _HEADER = re.compile(r"^\s*\[\[\s*model\s*\]\]\s*(#.*)?$")
 
 
 class ModelListError(Exception):
-    """A model list is malformed; the message names the file, line and entry."""
+    """A model list is malformed: each of its :attr:`problems` names the file, line and entry
+    (the message is all of them, one a line)."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 @dataclass(frozen=True)
@@ -128,9 +137,10 @@ def _header_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), start=1) if _HEADER.match(line)]
 
 
-def _fail(source: Path, line: int | None, entry: str, problem: str) -> ModelListError:
+def _where(source: Path, line: int | None, entry: str, problem: str) -> str:
+    """A problem of an entry, named by its file, its line (where known) and the entry."""
     where = f"{source}:{line}" if line else str(source)
-    return ModelListError(f"{where}: {entry}: {problem}")
+    return f"{where}: {entry}: {problem}"
 
 
 def check_model_id(model_id: str) -> str | None:
@@ -146,68 +156,91 @@ def check_model_id(model_id: str) -> str | None:
 
 def _entry(raw: Any, source: Path, line: int | None, index: int, runners: Runners) -> ModelSpec:
     """One ``[[model]]`` table, validated: a :class:`ModelSpec`, or an error naming the file,
-    the line and the entry."""
+    the line and the entry, with every problem of the entry."""
     label = f"entry {index}"
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
         label = f"entry {index} ({raw['id']!r})"
-    try:
-        _check_values(raw)
-        return ModelSpec(
-            id=raw["id"],
-            source=source,
-            line=line or 0,
-            path=_local_path(raw.get("path"), source),
-            runner=None if raw.get("runner") is None else _runner(raw["runner"], runners),
-            task=raw.get("task"),
-            revision=raw.get("revision"),
-            selection_rank=raw.get("selection_rank"),
-            cores=raw.get("cores"),
-            parameters=raw.get("parameters"),
-            packages=tuple(sorted(set(raw.get("packages", [])))),
-            exclusion=raw.get("exclusion"),
-            notes=raw.get("notes"),
-            mode=raw.get("mode", "inference"),
-            seq_len=raw.get("seq_len"),
-            **_perf_sizes(raw),
-        )
-    except ValueError as exc:
-        raise _fail(source, line, label, str(exc)) from None
+    problems = _value_problems(raw)
+    made: dict[str, Any] = {}
+    if not problems:  # what needs the plain values right: the path, the runner, perf sizes
+        steps: dict[str, Callable[[], Any]] = {
+            "path": partial(_local_path, raw.get("path"), source),
+            "runner": partial(_runner, raw.get("runner"), runners),
+            "perf": partial(_perf_sizes, raw),
+        }
+        for key, step in steps.items():
+            try:
+                made[key] = step()
+            except ValueError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise ModelListError(*(_where(source, line, label, problem) for problem in problems))
+    return ModelSpec(
+        id=raw["id"],
+        source=source,
+        line=line or 0,
+        path=made["path"],
+        runner=made["runner"],
+        task=raw.get("task"),
+        revision=raw.get("revision"),
+        selection_rank=raw.get("selection_rank"),
+        cores=raw.get("cores"),
+        parameters=raw.get("parameters"),
+        packages=tuple(sorted(set(raw.get("packages", [])))),
+        exclusion=raw.get("exclusion"),
+        notes=raw.get("notes"),
+        mode=raw.get("mode", "inference"),
+        seq_len=raw.get("seq_len"),
+        **made["perf"],
+    )
 
 
-def _check_values(raw: Any) -> None:
-    """Raise ValueError saying what is wrong with an entry's keys and plain values."""
+def _value_problems(raw: Any) -> list[str]:
+    """What is wrong with an entry's keys and plain values: every problem, each a sentence."""
     if not isinstance(raw, dict):
-        raise ValueError("each [[model]] entry must be a table")
+        return ["each [[model]] entry must be a table"]
+    problems = []
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)} (allowed: {sorted(_KEYS)})")
+        problems.append(f"unknown key(s) {', '.join(unknown)}{_meant(unknown)}")
     if "id" not in raw:
-        raise ValueError("missing 'id'")
+        problems.append("missing 'id'")
     for key in ("id", "path", "runner", "task", "revision", "exclusion", "notes"):
         if key in raw and not (isinstance(raw[key], str) and raw[key].strip()):
-            raise ValueError(f"'{key}' must be a non-empty string")
+            problems.append(f"'{key}' must be a non-empty string")
     if raw.get("mode", "inference") not in MODES:
-        raise ValueError(f"'mode' must be one of {MODES}, not {raw['mode']!r}")
+        problems.append(f"'mode' must be one of {MODES}, not {raw['mode']!r}")
     for key in ("selection_rank", "cores", "parameters", "seq_len"):
         value = raw.get(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            raise ValueError(f"'{key}' must be a positive integer")
-    problem = check_model_id(raw["id"])
-    if problem:
-        raise ValueError(problem)
-    cores = raw.get("cores")
-    if cores is not None and cores & (cores - 1):
-        raise ValueError(f"'cores' must be a power of two, not {cores}")
+            problems.append(f"'{key}' must be a positive integer, not {value!r}")
+        elif key == "cores" and value is not None and value & (value - 1):
+            problems.append(f"'cores' must be a power of two, not {value}")
+    problem = check_model_id(raw["id"]) if isinstance(raw.get("id"), str) else None
+    problems += [problem] if problem else []
     packages = raw.get("packages", [])
     if not isinstance(packages, list) or not all(
         isinstance(p, str) and _PACKAGE.fullmatch(p) for p in packages
     ):
-        raise ValueError(
+        problems.append(
             "'packages' must be a list of package names, each with an optional version "
             f'(like "sentencepiece" or "tiktoken>=0.7"), not {packages!r}'
         )
+    return problems
+
+
+def _meant(unknown: list[str]) -> str:
+    """What the unknown keys of an entry were likely meant to be, and the keys allowed (its
+    former names, still taken, aside)."""
+    known = sorted(_KEYS - set(FORMERLY))
+    meant = [
+        repr(close[0]) for key in unknown if (close := difflib.get_close_matches(key, known, 1))
+    ]
+    return (
+        f" (did you mean {', '.join(meant)}?)" if meant else ""
+    ) + f"; allowed: {', '.join(known)}"
 
 
 def _perf_sizes(raw: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +263,9 @@ def _perf_sizes(raw: dict[str, Any]) -> dict[str, Any]:
     return bench
 
 
-def _runner(name: str, runners: Runners) -> str:
+def _runner(name: str | None, runners: Runners) -> str | None:
+    if name is None:
+        return None
     try:
         return runners.get(name).name
     except KeyError as exc:
@@ -284,8 +319,37 @@ def parse_io(text: str) -> tuple[tuple[int, int], ...]:
 
 def parse(source: Path, runners: Runners | None = None, text: str | None = None) -> list[ModelSpec]:
     """Parse one model list file into specs, in file order; ``runner`` names one of
-    ``runners`` (default: the built-in ones)."""
+    ``runners`` (default: the built-in ones).
+
+    Raises:
+        ModelListError: with every problem of the list (of each entry, and each id listed twice).
+    """
     runners = runners or Runners.builtin()
+    entries, lines = _entries(source, text)
+    specs: list[ModelSpec] = []
+    problems: list[str] = []
+    seen: dict[str, ModelSpec] = {}
+    for index, raw in enumerate(entries, start=1):
+        line = lines[index - 1] if len(lines) == len(entries) else None
+        try:
+            spec = _entry(raw, source, line, index, runners)
+        except ModelListError as exc:
+            problems += exc.problems
+            continue
+        if spec.id in seen:
+            label, first = f"entry {index} ({spec.id!r})", seen[spec.id]
+            problems.append(_where(source, line, label, f"duplicate id (first at {first.where})"))
+            continue
+        seen[spec.id] = spec
+        specs.append(spec)
+    if problems:
+        raise ModelListError(*problems)
+    return specs
+
+
+def _entries(source: Path, text: str | None) -> tuple[list[Any], list[int]]:
+    """The ``[[model]]`` tables of a list (its ``text``, else its file's), and the line of
+    each table's header."""
     if text is None:
         try:
             text = source.read_text(encoding="utf-8")
@@ -294,7 +358,7 @@ def parse(source: Path, runners: Runners | None = None, text: str | None = None)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ModelListError(f"{source}: invalid TOML: {exc}") from None
+        raise ModelListError(toml_problem(source, "invalid TOML", exc)) from None
     unknown = sorted(set(data) - {"model"})
     if unknown:
         raise ModelListError(
@@ -304,38 +368,58 @@ def parse(source: Path, runners: Runners | None = None, text: str | None = None)
     entries = data.get("model", [])
     if not isinstance(entries, list):
         raise ModelListError(f"{source}: 'model' must be an array of tables ([[model]])")
-    lines = _header_lines(text)
-    specs: list[ModelSpec] = []
-    seen: dict[str, ModelSpec] = {}
-    for index, raw in enumerate(entries, start=1):
-        line = lines[index - 1] if len(lines) == len(entries) else None
-        spec = _entry(raw, source, line, index, runners)
-        if spec.id in seen:
-            first = seen[spec.id]
-            raise _fail(
-                source,
-                line,
-                f"entry {index} ({spec.id!r})",
-                f"duplicate id (first at {first.where})",
-            )
-        seen[spec.id] = spec
-        specs.append(spec)
-    return specs
+    return entries, _header_lines(text)
+
+
+def toml_problem(source: Path, what: str, exc: tomllib.TOMLDecodeError) -> str:
+    """A TOML file's syntax error as ``<file>:<line>: <what>: <error> (column C)``."""
+    found = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", str(exc), re.DOTALL)
+    if found is None:
+        return f"{source}: {what}: {exc}"
+    return f"{source}:{found[2]}: {what}: {found[1]} (column {found[3]})"
 
 
 def check_unique(specs: Iterable[ModelSpec], seen: dict[str, ModelSpec] | None = None) -> None:
     """Refuse a model listed twice (in two files): its rows would overwrite each other.
 
-    ``seen`` carries the specs of the files already collected, and is updated.
+    ``seen`` carries the specs of the files already checked, and is updated.
+
+    Raises:
+        ModelListError: each model listed twice, once a problem.
     """
     seen = {} if seen is None else seen
+    problems = []
     for spec in specs:
         first = seen.get(spec.id)
-        if first is not None and first.where != spec.where:  # the same file collected again is fine
-            raise ModelListError(
+        if first is not None and first.where != spec.where:  # the same file named again is fine
+            problems.append(
                 f"{spec.where}: {spec.id!r}: duplicate id (also listed at {first.where})"
             )
         seen.setdefault(spec.id, spec)
+    if problems:
+        raise ModelListError(*problems)
+
+
+def parse_lists(paths: Iterable[Path], runners: Runners) -> dict[Path, list[ModelSpec]]:
+    """The specs of each list (:func:`parse`), none listed in two.
+
+    Raises:
+        ModelListError: with every problem of every list.
+    """
+    lists: dict[Path, list[ModelSpec]] = {}
+    problems: list[str] = []
+    for path in paths:
+        try:
+            lists[path] = parse(path, runners)
+        except ModelListError as exc:
+            problems += exc.problems
+    try:
+        check_unique(spec for specs in lists.values() for spec in specs)
+    except ModelListError as exc:
+        problems += exc.problems
+    if problems:
+        raise ModelListError(*problems)
+    return lists
 
 
 def default_lists(train: bool = False) -> list[Path]:

@@ -48,7 +48,7 @@ from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.dataset.tables import table_named
 from pytest_neuronsupport.display import ProgressDisplay
 from pytest_neuronsupport.hookcalls import Hooks
-from pytest_neuronsupport.modellist import ModelListError, ModelSpec, parse
+from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes import Mode
 from pytest_neuronsupport.outcomes import outcomes_of
 from pytest_neuronsupport.pipeline import prefetch
@@ -77,7 +77,8 @@ class SweepSession:
     #: Models not run again (their script is the one recorded), per table.
     unchanged: dict[str, list[str]] = field(default_factory=dict)
     journal: Journal | None = None
-    listed: dict[str, ModelSpec] = field(default_factory=dict)
+    #: The specs of each model list, parsed (and checked) as the sweep was configured.
+    lists: dict[Path, list[ModelSpec]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     #: Pair files a merge could not read (their rows wait in the journal).
     unreadable: set[Path] = field(default_factory=set)
@@ -122,8 +123,9 @@ class SweepSession:
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         """Model list files named by the options become collectors of model items."""
-        if file_path.resolve() in self.settings.lists:
-            return ModelListFile.of(parent, file_path, self.sweep, self.modes, self.listed)
+        specs = self.lists.get(file_path.resolve())
+        if specs is not None:
+            return ModelListFile.of(parent, file_path, self.sweep, self.modes, specs)
         return None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -256,21 +258,16 @@ class SweepSession:
         outcomes.junit_in_order(self.config, lambda name: position.get(name, len(position)))
 
     def list_ids(self) -> list[str]:
-        """The models of the lists, in list order (an unreadable list: none of its models)."""
-        ids: list[str] = []
-        for path in self.settings.lists:
-            try:
-                ids += [spec.id for spec in parse(path, self.runners)]
-            except (ModelListError, OSError):
-                continue
-        return ids
+        """The models of the lists, in list order."""
+        return [spec.id for specs in self.lists.values() for spec in specs]
 
     # --- the state ---------------------------------------------------------------------------
 
     def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None:
         """A worker died while running a model: its report carries that model's row,
         FAIL(other) (:func:`.outcomes.carry`)."""
-        outcomes.carry(report, died_outcomes(nodeid, why, self.sweep, self.modes))
+        listed = {spec.id: spec for specs in self.lists.values() for spec in specs}
+        outcomes.carry(report, died_outcomes(nodeid, why, self.sweep, self.modes, listed))
 
     def record(self, carried: list[ModeOutcome]) -> None:
         """Keep each outcome's rows, publish them (beyond the local folder, if the store goes
@@ -294,8 +291,8 @@ class SweepSession:
 
     def start_prefetch(self, models: list[str]) -> None:
         """The sweep's models are known (controller): download the next ones' files ahead."""
-        s, specs = self.settings, self.listed
-        specs = specs or {e.id: e for path in s.lists for e in parse(path, self.runners)}
+        s = self.settings
+        specs = {spec.id: spec for listed in self.lists.values() for spec in listed}
         start = [specs[model] for model in models if model in specs]
         recorded = partial(self.sweep.recorded, SUPPORT)
         self.prefetcher = prefetch.ahead(start, recorded, prefetch_gb=s.prefetch_gb,
@@ -364,11 +361,12 @@ class SweepSession:
         return recorded_costs(models, lambda m: self.sweep.recorded(SUPPORT, m))
 
 
-def died_outcomes(nodeid: str, why: str, sweep: Sweep, modes: list[Mode]) -> list[dict[str, Any]]:
+def died_outcomes(
+    nodeid: str, why: str, sweep: Sweep, modes: list[Mode], listed: dict[str, ModelSpec]
+) -> list[dict[str, Any]]:
     """The outcomes of a model whose xdist worker died while running it: its first mode's
     row, FAIL(other) (plain types, as a report carries them)."""
     model_id = nodeid.rsplit("::", 1)[-1]
-    specs = {s.id: s for path in sweep.settings.lists for s in parse(path, sweep.runners)}
-    spec = specs.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
+    spec = listed.get(model_id) or ModelSpec(id=model_id, source=Path(nodeid), line=0)
     first = (modes_.modes_for(spec, modes, sweep.settings) or modes)[0]
     return [modes_.worker_died(first, sweep, spec, why).to_dict()]

@@ -160,7 +160,7 @@ def test_malformed_lists_name_the_file_line_and_entry(
 
 def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
     path = write(tmp_path, '[[model]]\nid = "a/b"\n\n[[model]]\nid = "c/d\n')
-    with pytest.raises(ModelListError, match=r"line 5"):
+    with pytest.raises(ModelListError, match=r"models.toml:5: invalid TOML: .* \(column 10\)"):
         parse(path)
 
 
@@ -173,25 +173,86 @@ def test_a_model_in_two_lists_is_refused(tmp_path: Path) -> None:
         check_unique([*one, *two])
 
 
-def test_a_malformed_list_stops_collection_through_the_plugin(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\n")
+#: A list with a problem in each entry but the third (one a test names in its issue).
+BAD_LIST = """[[model]]
+id = "zoo:llama"
+taks = "text-generation"
+
+[[model]]
+id = "zoo:gpt2"
+cores = "two"
+packages = "sentencepiece"
+
+[[model]]
+id = "zoo:bert"
+
+[[model]]
+id = "zoo:bert"
+"""
+
+
+def bad_list_lines(path: Path) -> list[str]:
+    """The lines of :data:`BAD_LIST`'s usage error, once it is at ``path``."""
+    return [
+        f"ERROR: neuronsupport: {path}:1: entry 1 ('zoo:llama'): unknown key(s) taks "
+        "(did you mean 'task'?); allowed: cores, *",
+        f"ERROR: neuronsupport: {path}:5: entry 2 ('zoo:gpt2'): 'cores' must be a positive "
+        "integer, not 'two'",
+        f"ERROR: neuronsupport: {path}:5: entry 2 ('zoo:gpt2'): 'packages' must be a list *",
+        f"ERROR: neuronsupport: {path}:13: entry 4 ('zoo:bert'): duplicate id (first at {path}:10)",
+    ]
+
+
+def test_every_problem_of_a_list_is_found_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, BAD_LIST)
+    with pytest.raises(ModelListError) as info:
+        parse(path)
+    assert len(info.value.problems) == 4
+    assert str(info.value).splitlines() == info.value.problems
+    assert [p.split(": ")[1] for p in info.value.problems] == [
+        "entry 1 ('zoo:llama')",
+        "entry 2 ('zoo:gpt2')",
+        "entry 2 ('zoo:gpt2')",
+        "entry 4 ('zoo:bert')",
+    ]
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["one process", "-n 2"])
+def test_a_bad_list_is_a_usage_error_with_all_its_problems(
+    pytester: pytest.Pytester, xdist: bool
+) -> None:
+    """Under ``-n 2`` the controller, which collects nothing, finds them before any worker
+    starts: one error, not one per worker."""
+    path = (pytester.path / "bad.toml").resolve()
+    path.write_text(BAD_LIST)
     (pytester.path / "good.toml").write_text('[[model]]\nid = "zoo:llama"\n')
-    (pytester.path / "bad.toml").write_text(
-        '[[model]]\nid = "zoo:llama"\n\n[[model]]\nid = "a b"\n'
-    )
-    result = pytester.runpytest(
-        "--neuron-sweep", "--neuron-models", "good.toml", "bad.toml", "-p", "no:cacheprovider"
-    )
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(
+    args = ["--neuron-sweep", "--neuron-models", "good.toml", "bad.toml", "-p", "no:cacheprovider"]
+    if xdist:
+        result = pytester.runpytest_subprocess(*args, "-n", "2")
+    else:
+        result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line] == [
+        line for line in result.errlines if line.startswith("ERROR: neuronsupport: ")
+    ]
+    result.stderr.fnmatch_lines(bad_list_lines(path))
+    everything = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in everything and "Traceback" not in everything
+    assert not (pytester.path / "results" / "data").exists()
+
+
+def test_an_unreadable_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    (pytester.path / "binary.toml").write_bytes(b"\xff\xfe")
+    (pytester.path / "broken.toml").write_text('[[model]]\nid = "a/b\n')
+    result = pytester.runpytest("--neuron-sweep", "--neuron-models", "binary.toml", "broken.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
         [
-            "*ERROR collecting bad.toml*",
-            "*bad.toml:4: entry 2 ('a b'): 'a b' is not a valid Hub repo id*",
-            "*Interrupted: 1 error during collection*",
+            "ERROR: neuronsupport: */binary.toml: cannot read model list: 'utf-8' codec *",
+            "ERROR: neuronsupport: */broken.toml:2: invalid TOML: Illegal character * (column 10)",
         ]
     )
-    assert "Traceback" not in result.stdout.str()
-    assert not (pytester.path / "results" / "data").exists()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
 def test_a_missing_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -204,10 +265,9 @@ def test_a_model_in_two_lists_stops_the_sweep(pytester: pytest.Pytester) -> None
     (pytester.path / "one.toml").write_text('[[model]]\nid = "zoo:llama"\n')
     (pytester.path / "two.toml").write_text('[[model]]\nid = "zoo:llama"\n')
     result = pytester.runpytest("--neuron-sweep", "--neuron-models", "one.toml", "two.toml")
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(
-        ["*two.toml:1: 'zoo:llama': duplicate id (also listed at *one.toml:1)*"]
-    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    twice = "'zoo:llama': duplicate id (also listed at *one.toml:1)"
+    result.stderr.fnmatch_lines([f"ERROR: neuronsupport: *two.toml:1: {twice}"])
 
 
 def test_packages_and_a_decided_exclusion(tmp_path: Path) -> None:

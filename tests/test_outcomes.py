@@ -85,7 +85,7 @@ def test_a_failed_row_fails_the_test_with_its_text_and_properties(cpu_sweep: Swe
 
 def test_a_crashed_workers_row_travels_on_its_report_and_fails_its_test(cpu_sweep: Sweep) -> None:
     why = "the xdist worker running it died (node gw1 crashed)"
-    carried = session.died_outcomes("models.toml::org/m", why, cpu_sweep, [Support()])
+    carried = session.died_outcomes("models.toml::org/m", why, cpu_sweep, [Support()], {})
     rep = call_report("org/m", "failed", "worker 'gw1' crashed while running 'org/m'")
     outcomes.carry(rep, carried)
     assert getattr(rep, outcomes.OUTCOMES_ATTRIBUTE) == carried  # plain types, as xdist sends
