@@ -30,6 +30,8 @@ change.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_neuronsupport.dataset.durable import atomic_write_text
+from pytest_neuronsupport.modellist import toml_problem
 from pytest_neuronsupport.pipeline.classify import why_failed
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
@@ -61,7 +64,12 @@ _RESULTS: Final = tuple(member.value for member in Result)
 
 
 class BaselineError(ValueError):
-    """A baseline file that cannot be read; the message names the file (and line)."""
+    """A baseline that cannot be read: each of its :attr:`problems` names the file (and the
+    line); the message is all of them, one a line."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 class Kind(StrEnum):
@@ -208,7 +216,7 @@ def _updated(existing: str, baseline: Baseline) -> str | None:
         if wanted is None:
             continue  # no longer in the results
         try:
-            same = _expected(Path("-"), key.key, item.unwrap()) == wanted
+            same = _expected(key.key, item.unwrap()) == wanted
         except BaselineError:
             same = False
         if same:
@@ -240,46 +248,80 @@ def write(path: Path, baseline: Baseline) -> None:
     atomic_write_text(path, text(baseline, existing))
 
 
-def _expected(path: Path, model_id: str, value: object) -> Expected:
-    where = f"{path}: [expected] {model_id!r}"
+def _expected(where: str, value: object) -> Expected:
+    """One entry of ``[expected]`` (``where``: its file, line and model), or every problem of
+    it."""
+    problems = []
     if isinstance(value, dict):
         unknown = set(value) - {"result", "flaky", "graph_breaks"}
         if unknown:
-            raise BaselineError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+            problems.append(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         flaky = value.get("flaky", False)
         if not isinstance(flaky, bool):
-            raise BaselineError(f"{where}: flaky must be true or false, not {flaky!r}")
+            problems.append(f"{where}: flaky must be true or false, not {flaky!r}")
         breaks = value.get("graph_breaks")
         if breaks is not None and (type(breaks) is not int or breaks < 0):
-            raise BaselineError(f"{where}: graph_breaks must be a count, not {breaks!r}")
+            problems.append(f"{where}: graph_breaks must be a count, not {breaks!r}")
         result: object = value.get("result")
     else:
         result, flaky, breaks = value, False, None
     if result not in _RESULTS:
-        raise BaselineError(f"{where}: result must be one of {', '.join(_RESULTS)}, not {result!r}")
+        problems.append(f"{where}: result must be one of {', '.join(_RESULTS)}, not {result!r}")
+    if problems:
+        raise BaselineError(*problems)
     return Expected(str(result), flaky, breaks)
+
+
+#: A line that sets a key (``"org/model" = ...``) or opens its table (``[expected."org/model"]``).
+_KEY_LINE = re.compile(
+    r"""\s*(?:\[\s*expected\s*\.\s*)?("(?:[^"\\]|\\.)*"|'[^']*'|[\w-]+)\s*[=\]]"""
+)
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """The line each key of a TOML text is first set (or its table opened) on."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = _KEY_LINE.match(line)
+        if found:
+            with contextlib.suppress(tomllib.TOMLDecodeError):  # the key as TOML reads it
+                lines.setdefault(next(iter(tomllib.loads(f"{found[1]} = 0"))), number)
+    return lines
 
 
 def read(path: Path) -> Baseline:
     """Read a baseline file.
 
     Raises:
-        BaselineError: missing, not TOML (the message has the line), or an unknown result.
+        BaselineError: missing, not TOML, or with entries that are not results: every problem
+            of the file, each naming the file and the line.
     """
     path = Path(path)
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data: dict[str, Any] = tomllib.loads(text)
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read the baseline: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise BaselineError(f"{path}: not a baseline file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BaselineError(toml_problem(path, "not a baseline file", exc)) from None
     pair, expected = data.get("pair"), data.get("expected", {})
     if not isinstance(pair, str) or not isinstance(expected, dict):
         raise BaselineError(f'{path}: expected `pair = "..."` and an [expected] table')
     unknown = set(data) - {"pair", "expected"}
     if unknown:
         raise BaselineError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
-    return Baseline(pair, {m: _expected(path, m, v) for m, v in expected.items()})
+    lines, entries, problems = _key_lines(text), {}, []
+    for model, value in expected.items():
+        where = f"{path}:{lines[model]}" if model in lines else str(path)
+        try:
+            entries[model] = _expected(f"{where}: [expected] {model!r}", value)
+        except BaselineError as exc:
+            problems += exc.problems
+    if problems:
+        raise BaselineError(*problems)
+    return Baseline(pair, entries)
 
 
 def _failed(result: str) -> bool:
@@ -431,5 +473,5 @@ def load(path: Path | None, uri: str | None = None) -> Baseline | None:
         try:
             path = download_file(uri)
         except (HubError, ValueError) as exc:
-            raise BaselineError(str(exc)) from None
+            raise BaselineError(f"--neuron-baseline: {exc}") from None
     return None if path is None else read(path)

@@ -51,7 +51,7 @@ def configure(config: pytest.Config) -> SweepSession:
     try:
         expected = baseline.load(settings.baseline, settings.baseline_uri)
     except baseline.BaselineError as exc:
-        raise pytest.UsageError(f"neuronsupport: --neuron-baseline: {exc}") from None
+        raise pytest.UsageError(*(f"neuronsupport: {p}" for p in exc.problems)) from None
     session = SweepSession(
         config, settings, runners, sweep_modes, store, lists=lists, baseline=expected
     )

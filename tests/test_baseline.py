@@ -165,7 +165,7 @@ def test_graph_breaks_are_held_like_dynamos_ci_holds_them(tmp_path: Path) -> Non
         ('pair = "p"\n[expected]\n"m" = { result = "PASS", flaky = "yes" }\n', "flaky must be"),
         ('pair = "p"\n[expected]\n"m" = { result = "PASS", why = 1 }\n', "unknown key(s) why"),
         ('[expected]\n"m" = "PASS"\n', 'expected `pair = "..."`'),
-        ('pair = "p"\n[expected]\n"m" = \n', "line 3"),
+        ('pair = "p"\n[expected]\n"m" = \n', "expected.toml:3: not a baseline file: "),
     ],
 )
 def test_a_bad_file_is_named_with_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
@@ -310,9 +310,18 @@ def test_a_sweep_held_against_its_baseline_names_regressions_and_improvements(
 
 
 def test_a_bad_baseline_stops_the_sweep_before_it_starts(pytester: pytest.Pytester) -> None:
-    (pytester.path / "expected.toml").write_text('pair = "p"\n[expected]\n"m" = "OK"\n')
-    done = pytester.runpytest_subprocess("--neuron-sweep", "--neuron-baseline", "expected.toml")
+    """Every problem of the file, each on its line, as a usage error."""
+    (pytester.path / "expected.toml").write_text(
+        'pair = "p"\n[expected]\n"m" = "OK"\n"n" = { result = "PASS", why = 1 }\n'
+        '\n[expected."zoo:q"]\nresult = "FAIL"\n'
+    )
+    done = pytester.runpytest("--neuron-sweep", "--neuron-baseline", "expected.toml")
     assert done.ret == pytest.ExitCode.USAGE_ERROR
     done.stderr.fnmatch_lines(
-        ["*--neuron-baseline: */expected.toml: [[]expected[]] 'm': result must be one of*"]
+        [
+            "ERROR: neuronsupport: */expected.toml:3: [[]expected[]] 'm': result must be one of *",
+            "ERROR: neuronsupport: */expected.toml:4: [[]expected[]] 'n': unknown key(s) why",
+            "ERROR: neuronsupport: */expected.toml:6: [[]expected[]] 'zoo:q': result must be *",
+        ]
     )
+    assert "Traceback" not in done.stdout.str() + done.stderr.str()
