@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_neuronsupport import baseline, lanes, modes, xdist
-from pytest_neuronsupport.dataset.stores import ResultsError, open_store
+from pytest_neuronsupport.dataset.stores import ResultsError, check_folder, open_store
 from pytest_neuronsupport.dataset.tables import register
 from pytest_neuronsupport.modellist import ModelListError, parse_lists
 from pytest_neuronsupport.runners import Runners
@@ -76,10 +76,19 @@ def extensions(config: pytest.Config) -> tuple[Runners, list[modes.Mode]]:
 
 
 def check_the_run(settings: Settings, config: pytest.Config) -> None:
-    """The controller's checks before anything runs: the backend, lanes with the session's
-    options, the environment the runs inherit (a ``UsageError`` naming what is wrong)."""
+    """The controller's checks before anything runs: the folders it writes besides the
+    results, the backend, lanes with the session's options, the environment the runs inherit
+    (a ``UsageError`` naming what is wrong)."""
     from pytest_neuronsupport.backends import check_backend
 
+    for option, folder in (
+        ("--neuron-cache", settings.cache),
+        ("--neuron-leases", settings.leases),
+    ):
+        try:  # else every model would fail on it, a row each
+            check_folder(folder)
+        except ResultsError as exc:
+            raise pytest.UsageError(f"neuronsupport: {option} {exc}") from None
     problem = check_backend(settings.backend, settings.device, settings.workdir)
     if problem:
         raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")

@@ -120,6 +120,21 @@ def test_a_results_location_that_cannot_be_used_is_a_usage_error(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
+@pytest.mark.parametrize("option", ["--neuron-cache", "--neuron-leases"])
+def test_a_cache_or_leases_folder_that_cannot_be_used_is_a_usage_error(
+    pytester: pytest.Pytester, option: str
+) -> None:
+    """Not a row a model, each FAIL(other) or FAIL(load) for the folder the user named."""
+    pytester.makefile(".toml", models='[[model]]\nid = "zoo:bert"\n')
+    (pytester.path / "afile").write_text("not a folder")
+    result = pytester.runpytest("--neuron-sweep", "--neuron-models", "models.toml", option, "afile")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line] == [
+        f"ERROR: neuronsupport: {option} {(pytester.path / 'afile').resolve()} is not a folder"
+    ]
+    assert not (pytester.path / "results" / "data").exists()
+
+
 @pytest.mark.parametrize("variable", ["TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE"])
 def test_a_sweep_with_torch_compile_turned_off_is_refused(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str

@@ -321,7 +321,8 @@ class HubResults:
 
 
 def check_folder(folder: Path) -> None:
-    """Make the results folder, or say why it cannot be used.
+    """Make a folder the sweep writes (the results, the cache, the leases), or say why it
+    cannot be used.
 
     Raises:
         ResultsError: it is a file, or it cannot be created or written.
