@@ -365,8 +365,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "lanes",
         "models one pytest process runs at once, each waiting for its own cores: one process "
-        "can then keep a device of many cores busy with small models (without xdist's -n; "
-        "the models start in --neuron-order)",
+        "can then keep a device of many cores busy with small models (under xdist's -n, each "
+        "worker runs its own lanes; the models start in --neuron-order)",
         "N",
         kind="int",
         default=1,

@@ -36,6 +36,7 @@ from pytest_neuronsupport import (
     selection,
     shards,
     xdist,
+    xdist_lanes,
 )
 from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport.baseline import Baseline, Comparison
@@ -99,6 +100,10 @@ class SweepSession:
     def sweep_id(self) -> str:
         return self.sweep.sweep_id
 
+    @property
+    def lanes(self) -> int:
+        return self.settings.lanes
+
     @cached_property
     def hub_cache(self) -> hub.CacheBound:
         """The Hub cache's bound (``--neuron-hub-cache-max``), as the models' runs end."""
@@ -161,11 +166,11 @@ class SweepSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """With ``--neuron-lanes N``: the models run N at a time in this process (:mod:`.lanes`);
-        else pytest's (or xdist's) own loop."""
-        if self.settings.lanes <= 1 or not self.controller:
+        """With ``--neuron-lanes N``: the models run N at a time in this process (:mod:`.lanes`),
+        or in this xdist worker (:mod:`.xdist_lanes`); else pytest's (or xdist's) own loop."""
+        if self.settings.lanes <= 1 or xdist.is_controller(self.config):
             return None
-        lanes.run(session, self.sweep)
+        (lanes.run if self.controller else xdist_lanes.run)(session, self.sweep)
         return True
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -1,5 +1,7 @@
 """pytest-xdist plumbing, asked by everyone and by nothing else: who is a worker, how many
-share the items and how they are sent, the sweep's id, and the hooks that exist only with xdist.
+share the items and how they are sent, the sweep's id, and the hooks that exist only with xdist
+(among them, with ``--neuron-lanes``, the scheduler that keeps each worker's lanes busy:
+:class:`LaneScheduling`).
 
 Data goes to workers through ``pytest_configure_node`` → ``node.workerinput``, as xdist's own
 plugins do, filled in one place (:meth:`XdistHooks.pytest_configure_node`): the sweep's id
@@ -14,6 +16,7 @@ import uuid
 from typing import Any, Protocol
 
 import pytest
+from xdist.scheduler import LoadScheduling
 
 from pytest_neuronsupport.runners.lib.processes import die_with_parent
 
@@ -47,6 +50,11 @@ def scheduling(config: pytest.Config) -> tuple[int, int | None, str]:
     return worker_count(config), most, dist
 
 
+def is_controller(config: pytest.Config) -> bool:
+    """Whether this process hands the items to xdist workers (``-n``, ``--tx``), running none."""
+    return getattr(config.option, "dist", "no") != "no" and not is_worker(config)
+
+
 def tie_to_controller(config: pytest.Config) -> None:
     """A worker dies with its controller, as a run dies with the worker watching it (and the
     worker's fork server, whose pipe then closes, with it): a controller killed outright leaves
@@ -74,6 +82,8 @@ class Session(Protocol):
 
     @property
     def sweep_id(self) -> str: ...
+    @property
+    def lanes(self) -> int: ...
     def start_prefetch(self, models: list[str]) -> None: ...
     def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None: ...
 
@@ -105,8 +115,42 @@ class XdistHooks:
             self.session.start_prefetch(models)
             self.display.start(models)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """With lanes, xdist's ``load`` made to keep each worker's lanes busy
+        (:class:`LaneScheduling`); another scheduler as it was made."""
+        made = yield
+        if self.session.lanes > 1 and type(made) is LoadScheduling:
+            return LaneScheduling(config, log, lanes=self.session.lanes)
+        return made
+
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker died while running a model: the session puts that model's row on the
         report."""
         why = f"the xdist worker running it died ({report.longrepr})".replace("\n", " ")
         self.session.worker_died(crashitem, why, report)
+
+
+class LaneScheduling(LoadScheduling):  # type: ignore[misc]
+    """xdist's ``load`` scheduler, each worker kept one item beyond its ``lanes``: xdist's own
+    sends a worker more only once fewer than two of its items are unfinished, which would leave
+    all its lanes but two idle (:mod:`.xdist_lanes` runs a worker's items in lanes)."""
+
+    def __init__(self, config: pytest.Config, log: Any = None, *, lanes: int) -> None:
+        super().__init__(config, log)
+        self.lanes = lanes
+
+    def schedule(self) -> None:
+        super().schedule()
+        for node in self.nodes:
+            self.top_up(node)
+
+    def check_schedule(self, node: Any, duration: float = 0) -> None:
+        super().check_schedule(node, duration)
+        self.top_up(node)
+
+    def top_up(self, node: Any) -> None:
+        """Send ``node`` what it lacks to keep its lanes busy and one item waiting."""
+        short = self.lanes + 1 - len(self.node2pending[node])
+        if short > 0 and self.pending and not node.shutting_down:
+            self._send_tests(node, short)

@@ -103,6 +103,8 @@ def _misbehave(how: str) -> None:
         _fail_the_cpu_reference()
     elif how == "meet":
         _meet()
+    elif how == "meet-in-worker":  # only a run of the same xdist worker counts
+        _meet(os.environ.get("PYTEST_XDIST_WORKER", "no worker"))
     elif how == "kill-worker":
         # the run's parent is the fork server, whose parent is the xdist worker
         with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as f:
@@ -115,10 +117,11 @@ def _misbehave(how: str) -> None:
 MEET_ENV, MEET_WITHIN_ENV = "NEURONSUPPORT_TEST_MEET", "NEURONSUPPORT_TEST_MEET_WITHIN_S"
 
 
-def _meet() -> None:
+def _meet(apart: str = "") -> None:
     """Go on only once another run has come here too (both at once: two lanes, or two
-    workers), else raise: a run alone waits ``$NEURONSUPPORT_TEST_MEET_WITHIN_S`` (300 s)."""
-    folder = Path(os.environ[MEET_ENV])
+    workers), else raise: a run alone waits ``$NEURONSUPPORT_TEST_MEET_WITHIN_S`` (300 s).
+    ``apart``: runs meet only those that came with the same (the same xdist worker's)."""
+    folder = Path(os.environ[MEET_ENV]) / apart
     folder.mkdir(parents=True, exist_ok=True)
     (folder / str(os.getpid())).touch()
     deadline = time.monotonic() + float(os.environ.get(MEET_WITHIN_ENV, "300"))
@@ -133,10 +136,11 @@ def misbehaving_by_model_backend_for_tests(
 ) -> Callable[..., Any]:
     """Misbehaves as ``NEURONSUPPORT_TEST_MISBEHAVIOUR`` says for the model being run
     (``zoo:llama=segfault,zoo:gpt2=abort,...``: raise, segfault, abort, hang, memory, meet
-    (:func:`_meet`), kill-worker, cpu-run-fails (:func:`cpu_run_fails_backend_for_tests`);
-    ``zoo:x@1=segfault`` for rank 1 of a several-core run only), and runs the
-    graph faithfully for every other model. One sweep can then meet every kind of crash. The
-    model is read from run.py's PARAMS (the script is ``__main__``)."""
+    (:func:`_meet`), meet-in-worker (the same, with runs of one xdist worker), kill-worker,
+    cpu-run-fails (:func:`cpu_run_fails_backend_for_tests`); ``zoo:x@1=segfault`` for rank 1
+    of a several-core run only), and runs the graph faithfully for every other model. One
+    sweep can then meet every kind of crash. The model is read from run.py's PARAMS (the
+    script is ``__main__``)."""
     import sys
 
     plan = dict(

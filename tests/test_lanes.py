@@ -80,10 +80,71 @@ def test_a_sweep_that_stops_stops_its_lanes_and_records_no_row_of_theirs(
     done.result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
 
 
-def test_lanes_under_xdist_are_refused(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--neuron-sweep", "--neuron-lanes", "2", "-n", "2")
+#: A conftest: zoo:gpt2's report goes on only once zoo:bert's lane has ended. zoo:bert waits at
+#: its meeting (``meet``) for a second comer: the file touched here, as zoo:gpt2 is reported, is
+#: it. The -x that zoo:gpt2's failure sets then finds zoo:bert finished, not yet reported.
+WAITS_FOR_BERT = """
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.name == "zoo:gpt2":
+        meeting = Path(os.environ["NEURONSUPPORT_TEST_MEET"])
+        meeting.mkdir(parents=True, exist_ok=True)
+        (meeting / "zoo:gpt2 reported").touch()
+        bert = next(other for other in item.session.items if other.name == "zoo:bert")
+        bert.ahead.exception(timeout=600)
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_x_records_each_model_whose_lane_had_ended(
+    sweep: SweepRunner, tmp_path: Path
+) -> None:
+    """``-x``: zoo:gpt2 fails at once; zoo:bert's lane ends while zoo:gpt2 is reported
+    (:data:`WAITS_FOR_BERT`): the sweep stops, and zoo:bert, finished, has its row and its
+    junit case all the same."""
+    sweep.makeconftest(WAITS_FOR_BERT)
+    env = meeting(tmp_path, {"zoo:gpt2": "raise", "zoo:bert": "meet"})
+    args = ["--neuron-lanes", "2", "-x"]
+    done = sweep.run("zoo:gpt2", "zoo:bert", backend=MISBEHAVING, args=args, env=env)
+    assert done.result.ret == pytest.ExitCode.TESTS_FAILED
+    assert done.row("zoo:gpt2")["result"].startswith("FAIL")
+    assert done.row("zoo:bert")["result"] == "PASS"
+    assert {m: done.outcome(m) for m in done.testcases} == {
+        "zoo:gpt2": "failed",
+        "zoo:bert": "passed",
+    }
+    done.result.stdout.fnmatch_lines(["*stopping after 1 failures*"])
+
+
+@pytest.mark.slow
+def test_each_xdist_worker_runs_its_models_in_lanes(sweep: SweepRunner, tmp_path: Path) -> None:
+    """``-n 2 --neuron-lanes 2``: xdist's ``load`` sends each worker two models in a row (the
+    lists' order here); zoo:bert and zoo:bert-mlm go on only once a run of their own worker is
+    at their meeting too (``meet-in-worker``), which only a worker with lanes can have."""
+    env = meeting(tmp_path, {"zoo:bert": "meet-in-worker", "zoo:bert-mlm": "meet-in-worker"})
+    models = ["zoo:bert", "zoo:bert-mlm", "zoo:distilbert-sst", "zoo:roberta-qa"]
+    args = ["-n", "2", "--neuron-lanes", "2", "--neuron-order", "list"]
+    done = sweep.run(*models, backend=MISBEHAVING, args=args, env=env)
+    done.result.assert_outcomes(passed=4)
+    assert {m: r["result"] for m, r in done.rows.items()} == dict.fromkeys(models, "PASS")
+    (worker,) = (tmp_path / "met").iterdir()  # one worker's meeting, where both runs came
+    assert len(list(worker.iterdir())) == 2
+    assert list(done.testcases) == models  # junit: list order
+
+
+def test_lanes_under_xdist_worksteal_are_refused(pytester: pytest.Pytester) -> None:
+    args = ["--neuron-sweep", "--neuron-lanes", "2", "-n", "2", "--dist", "worksteal"]
+    result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--neuron-lanes 2 runs the models of one process at once*"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: neuronsupport: --neuron-lanes 2 with --dist worksteal: an idle xdist worker *"]
+    )
     result = pytester.runpytest("--neuron-sweep", "--neuron-lanes", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--neuron-lanes must be positive, not 0*"])
