@@ -9,6 +9,7 @@ that runs the sweep, registered with its companion plugins.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from pytest_neuronsupport import baseline, lanes, modes, xdist
 from pytest_neuronsupport.dataset.stores import ResultsError, check_folder, open_store
 from pytest_neuronsupport.dataset.tables import register
-from pytest_neuronsupport.modellist import ModelListError, parse_lists
+from pytest_neuronsupport.modellist import ModelListError, check_model_id, parse_lists
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.session import SweepSession
 
@@ -89,6 +90,9 @@ def check_the_run(settings: Settings, config: pytest.Config) -> None:
             check_folder(folder)
         except ResultsError as exc:
             raise pytest.UsageError(f"neuronsupport: {option} {exc}") from None
+    problem = judge_problem(settings.judge, settings.workdir)
+    if problem:  # else every decoder's check would fail on it, unchecked
+        raise pytest.UsageError(f"neuronsupport: --neuron-judge {settings.judge!r}: {problem}")
     problem = check_backend(settings.backend, settings.device, settings.workdir)
     if problem:
         raise pytest.UsageError(f"neuronsupport: --neuron-backend: {problem}")
@@ -105,3 +109,11 @@ def users(hook: Any, config: pytest.Config) -> list[Any]:
     """What the users' implementations of a hook that returns a list (runners, modes) return,
     in one list."""
     return [item for items in hook(config=config) for item in items]
+
+
+def judge_problem(judge: str | None, workdir: Path) -> str | None:
+    """Why ``--neuron-judge`` names no judge (None: it names one, or none is wanted): a local
+    folder, a zoo model, or a Hub id (``id@revision``)."""
+    if judge is None or (workdir / judge).is_dir():
+        return None
+    return check_model_id(judge.split("@", 1)[0])

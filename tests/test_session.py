@@ -135,6 +135,24 @@ def test_a_cache_or_leases_folder_that_cannot_be_used_is_a_usage_error(
     assert not (pytester.path / "results" / "data").exists()
 
 
+@pytest.mark.parametrize(
+    ("judge", "problem"),
+    [
+        ("no such/judge@main", "'no such/judge' is not a valid Hub repo id: *"),
+        ("zoo:nope", "unknown zoo model 'nope' (known: *"),
+    ],
+)
+def test_a_judge_that_names_no_model_is_a_usage_error(
+    pytester: pytest.Pytester, judge: str, problem: str
+) -> None:
+    pytester.makefile(".toml", models='[[model]]\nid = "zoo:llama"\n')
+    result = pytester.runpytest(
+        "--neuron-sweep", "--neuron-models", "models.toml", "--neuron-judge", judge
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: neuronsupport: --neuron-judge {judge!r}: {problem}"])
+
+
 @pytest.mark.parametrize("variable", ["TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE"])
 def test_a_sweep_with_torch_compile_turned_off_is_refused(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str
