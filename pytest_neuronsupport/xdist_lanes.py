@@ -24,7 +24,7 @@ When the sweep stops (``-x``, ``--maxfail``), a worker's loop stops as xdist's d
 stopped, each model whose lane had ended reported), and tells its controller through
 ``workeroutput`` as ever. A worker that dies with several models running: xdist names the
 first of its unfinished items as the one it crashed on (a ``FAIL(other)`` row,
-:func:`.session.crashed`), and sends the others to another worker, where they run again.
+:func:`.session.died_outcomes`), and sends the others to another worker, where they run again.
 """
 
 from __future__ import annotations
