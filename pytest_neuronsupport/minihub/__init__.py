@@ -55,6 +55,12 @@ an unknown one 401, a read token or another's namespace 403, an unknown organiza
   the Hub). Invalid ``expand``/``sort``/``cursor`` values: 400. Anything else is a 404 JSON
   ``{"error": ...}``. A bug of the hub answers 500 and is kept in :attr:`MiniHub.errors`.
 
+**Storage Buckets** (:mod:`.buckets`): :meth:`MiniHub.add_bucket`, or ``create_bucket`` through
+the client; ``/api/buckets/{id}`` (create, info, ``tree``, ``paths-info``, ``batch``,
+``xet-read-token``/``xet-write-token``) and ``HEAD /buckets/{id}/resolve/{path}``. Their files
+travel through Xet into an on-disk store that ``hf_xet`` itself reads and writes
+(``local://<folder>``, :mod:`.xetstore`); :meth:`MiniHub.bucket_files` shows what landed.
+
 The pytest fixture :func:`minihub` (enable it with ``-p pytest_neuronsupport.minihub``, or
 ``pytest_plugins = ["pytest_neuronsupport.minihub"]``) starts a hub and, through ``monkeypatch``,
 sets ``HF_ENDPOINT`` to its url, unsets ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``/``HF_TOKEN``,
@@ -74,12 +80,15 @@ endpoint, so run it in a subprocess. At teardown the fixture fails the test if t
 errors.
 
 This package uses only the standard library (and pytest, for the fixture); it never imports torch,
-and imports ``huggingface_hub`` only inside the fixture, if installed.
+and imports ``huggingface_hub`` only inside the fixture, if installed, and ``hf_xet`` only when a
+bucket's batch names a file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -88,6 +97,7 @@ from typing import Any
 
 import pytest
 
+from pytest_neuronsupport.minihub.buckets import Bucket, BucketFile
 from pytest_neuronsupport.minihub.repos import (
     _DEFAULT_CREATED_AT,
     _FULL_SHA,
@@ -101,6 +111,7 @@ from pytest_neuronsupport.minihub.repos import (
     _Repo,
 )
 from pytest_neuronsupport.minihub.server import _Server
+from pytest_neuronsupport.minihub.xetstore import XetStore
 
 __all__ = ["MiniHub", "minihub"]
 
@@ -140,6 +151,9 @@ class MiniHub:
         self._users: dict[str, set[str]] = {}  # user -> the organizations it belongs to
         self._tokens: dict[str, tuple[str, bool]] = {}  # token -> (user, may write)
         self._lfs: dict[str, bytes] = {}  # LFS objects uploaded, by sha256
+        self._buckets: dict[str, Bucket] = {}
+        #: The Xet content store of the buckets' files (``local://`` for hf_xet), while started.
+        self.cas: XetStore | None = None
         self._interrupts: dict[tuple[str, str], list[list[int]]] = {}
         #: Set by :meth:`fail_with` / :meth:`stall`: (what the path holds, status or seconds).
         self._failing: tuple[str, int] | None = None
@@ -154,6 +168,7 @@ class MiniHub:
         """Bind ``127.0.0.1`` on a free port and serve from a daemon thread."""
         if self._server is not None:
             raise RuntimeError("MiniHub is already started")
+        self.cas = XetStore(Path(tempfile.mkdtemp(prefix="minihub-cas-")))
         self._server = _Server(self)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -174,6 +189,9 @@ class MiniHub:
         server.close_connections(timeout=5)
         server.server_close()
         self._server = self._thread = None
+        if self.cas is not None:
+            shutil.rmtree(self.cas.folder, ignore_errors=True)
+            self.cas = None
 
     def __enter__(self) -> MiniHub:
         return self.start()
@@ -300,6 +318,20 @@ class MiniHub:
             if name not in self._users:
                 raise KeyError(f"no user {name}")
             self._tokens[token] = (name, write)
+
+    def add_bucket(self, bucket_id: str, *, private: bool = False) -> None:
+        """Create the empty bucket *bucket_id* (``namespace/name``), as ``create_bucket`` would."""
+        with self._lock:
+            if bucket_id in self._buckets:
+                raise ValueError(f"bucket {bucket_id} exists")
+            now = datetime.now(UTC).replace(microsecond=0)
+            self._buckets[bucket_id] = Bucket(bucket_id, private, now)
+
+    def bucket_files(self, bucket_id: str) -> dict[str, BucketFile]:
+        """The files of bucket *bucket_id* by path (KeyError: no such bucket); their contents
+        are in :attr:`cas`, read back through the client (``download_bucket_files``)."""
+        with self._lock:
+            return dict(self._buckets[bucket_id].files)
 
     def files(
         self, repo_id: str, repo_type: str = "model", revision: str = "main"

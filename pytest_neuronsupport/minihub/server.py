@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from pytest_neuronsupport.minihub import writes
+from pytest_neuronsupport.minihub import buckets, writes
 from pytest_neuronsupport.minihub.models import (
     EXPANDABLE,
     INFO_FIELDS,
@@ -209,6 +209,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif segments == ["api", "repos", "create"] and method == "POST":
             status, answer = writes.create_repo(self._request())
             return self._send_json(answer, status)
+        elif buckets.serve(self, method, segments, query):
+            return None
         elif segments == ["api", "validate-yaml"] and method == "POST":
             return self._send_json(writes.validate_yaml(self._request()))
         elif len(segments) == 2 and segments[0] == "__lfs" and method == "PUT":

@@ -59,8 +59,9 @@ class _Request:
             raise _Reply(400, "Invalid JSON body", "BadRequest") from None
 
 
-def authorize(request: _Request, namespace: str, what: str) -> str:
-    """The user whose write token the request carries, if it may write in *namespace*."""
+def authorize(request: _Request, namespace: str, what: str, *, write: bool = True) -> str:
+    """The user whose write token the request carries, if it may write in *namespace* (with
+    ``write=False``: any token of the namespace, to read what is private to it)."""
     hub = request.hub
     header = request.authorization or ""
     if not header:
@@ -69,8 +70,8 @@ def authorize(request: _Request, namespace: str, what: str) -> str:
     found = hub._tokens.get(token)
     if found is None:
         raise _Reply(401, "Invalid credentials in Authorization header")
-    user, write = found
-    if not write:
+    user, may_write = found
+    if write and not may_write:
         raise _Reply(403, f"You don't have the rights to {what}: this token is read-only")
     if namespace != user and namespace not in hub._users.get(user, set()):
         raise _Reply(403, f'You don\'t have the rights to {what} under the namespace "{namespace}"')
