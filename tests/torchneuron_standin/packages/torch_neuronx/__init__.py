@@ -12,8 +12,12 @@ with the meaning its documentation and source give them:
   clear. Which operators "fall back" is what the test says (``NEURON_STANDIN_CPU_OPS``, comma
   separated names, with or without their overload): any of them that runs, eagerly or in a
   compiled graph, is a CPU fallback;
-* ``get_dynamo_metrics()`` / ``reset_dynamo_metrics()``: one entry per graph compiled, with its
-  node count and compile time in µs;
+* ``get_dynamo_metrics()`` / ``reset_dynamo_metrics()``: one entry per graph compiled or found
+  in the persistent cache, with its node count and compile time in µs (0 when found);
+* the persistent compile cache (:mod:`._neff_cache`): a graph's NEFF-like file kept in
+  ``TORCH_NEURONX_NEFF_CACHE_DIR`` as ``ab/cd/<key>.neff`` (written by rename) and read back by
+  the next compile of the same graph, which compiles nothing; ``torch_neuronx.metrics`` counts
+  its hits and compilations (``get_counter_value("CompilationCache.PersistentHits")``);
 * a compile it is told to fail (``NEURON_STANDIN_FAIL_COMPILE``: operator names; a graph with one
   of them fails to compile, the error naming it) raises, or, with fallback execution on
   (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0``, or the compile option
@@ -145,14 +149,19 @@ def _inference_compiler(name: str) -> Any:
     from torch_neuronx._backend import cpu_graph
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        from torch_neuronx import _neff_cache
+
         started = time.perf_counter()
         ops = [
             op_name(n.target)
             for n in gm.graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
         ]
+        code = gm.code  # the graph as dynamo handed it over (cpu_graph retargets it)
+        key = _neff_cache.key(code, example_inputs)
+        cached = _neff_cache.load(key)  # its NEFF in the persistent cache: nothing to compile
         refused = _names("NEURON_STANDIN_FAIL_COMPILE") | _names("NEURON_STANDIN_FALLBACK_ALWAYS")
-        for op in ops:
+        for op in [] if cached else ops:
             if _listed(op, refused):
                 raise CompileFailure(
                     f"neuronx-cc (stand-in) cannot compile graph {name}: no lowering for {op}",
@@ -161,7 +170,9 @@ def _inference_compiler(name: str) -> Any:
         compiled = cpu_graph(gm, example_inputs)
         for op in ops:
             _record(op)
-        took = int((time.perf_counter() - started) * 1e6)
+        if not cached:
+            _neff_cache.store(key, code)
+        took = 0 if cached else int((time.perf_counter() - started) * 1e6)
         _METRICS.append(
             NeuronCompilationMetrics(
                 graph_id=f"standin-{len(_METRICS)}",
