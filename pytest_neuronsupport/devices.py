@@ -6,7 +6,8 @@ classes each device names in ``ops`` and ``rank_ops``, in
 :mod:`pytest_neuronsupport.runners.lib.device_ops` (they import torch, which the plugin side does
 not). Nothing else in the package asks which device it is. What a run's compile cache did
 (:meth:`Device.graphs`) is read here too, from inductor's FX graph cache counters (on Neuron, the
-run reports its graphs itself, from TorchNeuron's ``get_dynamo_metrics()``).
+run reports its graphs itself, from TorchNeuron's ``get_dynamo_metrics()`` and its compile
+cache's counters), and which compile cache a sweep may share (:meth:`Device.shared_cache`).
 
 A Neuron machine's cores are what ``neuron-ls -j`` says (:func:`neuron_cores`): each chip's
 logical cores, their ids (what ``NEURON_RT_VISIBLE_CORES`` takes), the logical core
@@ -109,6 +110,13 @@ class Device:
         """Environment of every run: the compiler's cache kept warm under ``cache_dir``."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor")}
 
+    def shared_cache(self, cache_dir: Path, backend: str) -> tuple[Path, str] | None:
+        """The compile cache a sweep may share with other machines (``--neuron-compile-cache``):
+        the folder its runs keep it in, and the name of the folder it is shared under, its
+        compiler's (as the dataset's pair folders: ``neuronxcc-<version>``); None: the device
+        keeps none that another machine could use with this backend."""
+        return None
+
     def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
         """Environment of a CPU reference's pass for a run of ``cores`` cores: it holds none of
         the device's (an accelerator's runtime is not started: the pass never touches it), and
@@ -134,6 +142,10 @@ class Device:
         if not cached and not fresh:
             return {"graphs_cached": None, "graphs_compiled": None}
         return {"graphs_cached": cached, "graphs_compiled": fresh}
+
+
+#: Where TorchNeuron keeps its persistent compile cache (a folder; ``/tmp/neff_cache`` unset).
+NEFF_CACHE_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 
 
 def backend_label(backend: str) -> str:
@@ -197,13 +209,26 @@ class NeuronDevice(Device):
         """A chip's memory over its logical cores (24 GiB on Trn2 at LNC=2)."""
         return round(self.cores().core_memory_gb, 3)
 
+    def neff_cache(self, cache_dir: Path) -> Path:
+        """TorchNeuron's persistent compile cache for the runs: ``TORCH_NEURONX_NEFF_CACHE_DIR``
+        where the sweep's environment sets it, else a folder per compiler under ``cache_dir``,
+        ``neff/neuronxcc-<version>`` (TorchNeuron's cache has no compiler folder of its own)."""
+        compiler, version = self.compiler("neuron")
+        default = cache_dir / "neff" / f"{compiler}-{version}"
+        return Path(os.environ.get(NEFF_CACHE_ENV) or default)
+
+    def shared_cache(self, cache_dir: Path, backend: str) -> tuple[Path, str] | None:
+        """The NEFF cache (:meth:`neff_cache`), shared as ``neuronxcc-<version>``."""
+        if backend != "neuron":
+            return None
+        compiler, version = self.compiler(backend)
+        return self.neff_cache(cache_dir), f"{compiler}-{version}"
+
     def run_env(self, cache_dir: Path) -> dict[str, str]:
         """The NEFF cache kept warm under ``cache_dir`` (a user's own setting wins), fallback
         execution off, and the LNC the cores were counted at (unless set)."""
         env = super().run_env(cache_dir)
-        env["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.environ.get(
-            "TORCH_NEURONX_NEFF_CACHE_DIR", str(cache_dir / "neff")
-        )
+        env[NEFF_CACHE_ENV] = str(self.neff_cache(cache_dir))
         env[torchneuron.FALLBACK_ENV] = "1"
         lnc = self.cores().lnc
         if lnc is not None and "NEURON_LOGICAL_NC_CONFIG" not in os.environ:

@@ -129,4 +129,9 @@ def test_every_neuron_run_has_fallback_off_and_the_lnc_it_was_counted_at(
     env = NeuronDevice().run_env(tmp_path / "cache")
     assert env[torchneuron.FALLBACK_ENV] == "1"
     assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
-    assert env["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(tmp_path / "cache" / "neff")
+    # one folder per compiler, as the public NEFF cache's (TorchNeuron's cache has none)
+    folder = "-".join(NeuronDevice().compiler("neuron"))  # neuronxcc-<its version>
+    neff = tmp_path / "cache" / "neff" / folder
+    assert env["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(neff)
+    assert NeuronDevice().shared_cache(tmp_path / "cache", "neuron") == (neff, neff.name)
+    assert NeuronDevice().shared_cache(tmp_path / "cache", "aot_eager") is None

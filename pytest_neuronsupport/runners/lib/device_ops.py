@@ -78,13 +78,20 @@ class CudaRankOps(CudaOps):
 
 
 class NeuronOps:
-    """TorchNeuron, fallback execution off whatever the environment says (a failed compile
-    raises); peak memory from ``torch.neuron``; what ran on the CPU, from its op tracking."""
+    """TorchNeuron: fallback execution off, its memory, op tracking and compile cache counters.
+
+    A failed compile raises; peak memory comes from ``torch.neuron``; what ran on the CPU from
+    its op tracking; what its compile cache did from its metrics arena's counters."""
 
     def __init__(self) -> None:
         os.environ[FALLBACK] = "1"
         self.neuronx = importlib.import_module("torch_neuronx")
         getattr(self.neuronx, "clear_op_tracking", dict)()
+        try:  # its metrics arena: the compile cache's counters, cleared as the op tracking is
+            self.metrics: object = importlib.import_module("torch_neuronx.metrics")
+        except ImportError:
+            self.metrics = None
+        getattr(self.metrics, "clear_counters", dict)()
 
     reset_peak = staticmethod(lambda: torch.neuron.reset_peak_memory_stats())  # type: ignore[attr-defined]
     synchronize = staticmethod(lambda: torch.neuron.synchronize())  # type: ignore[attr-defined]
@@ -92,13 +99,23 @@ class NeuronOps:
     compile_options = staticmethod(lambda b: {"fallback_execution": False} if b == "neuron" else {})
 
     def report(self) -> dict[str, object]:
-        """The row's ``cpu_ops``, ``fallback_execution``, and from the dynamo metrics
-        ``graphs_compiled`` and ``backend_compile_s`` (null: this TorchNeuron does not say)."""
+        """The row's CPU operators, fallback setting, graphs run, cached and compiled.
+
+        ``cpu_ops`` and ``fallback_execution``; from the dynamo metrics (one entry per graph
+        compiled or found in the cache, never one that fell back) ``graphs_run`` and
+        ``backend_compile_s``; from the compile cache's counters, cleared when the device was
+        set up, ``graphs_cached`` (``PersistentHits``) and ``graphs_compiled``
+        (``TotalCompilations``). Without the counters every graph counts as compiled, and
+        ``graphs_cached`` is null."""
         n, done = self.neuronx, dict[str, object](fallback_execution=os.environ[FALLBACK] == "0")
         done["cpu_ops"] = sorted(n.get_fallback_ops()) if hasattr(n, "get_fallback_ops") else None
         if hasattr(n, "get_dynamo_metrics"):
-            us = [getattr(m, "torch_neuronx_compile_us", None) for m in n.get_dynamo_metrics()]
-            done.update(graphs_compiled=len(us), backend_compile_s=sum(u or 0 for u in us) / 1e6)
+            u = [getattr(m, "torch_neuronx_compile_us", None) or 0 for m in n.get_dynamo_metrics()]
+            done.update(graphs_run=len(u), graphs_compiled=len(u), backend_compile_s=sum(u) / 1e6)
+        read = getattr(self.metrics, "get_counter_value", None)  # the metrics synchronized
+        if read is not None:
+            done.update(graphs_cached=int(read("CompilationCache.PersistentHits") or 0))
+            done.update(graphs_compiled=int(read("CompilationCache.TotalCompilations") or 0))
         return done
 
 

@@ -100,7 +100,7 @@ def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) ->
     except RunFailure as exc:
         verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
     said: dict[str, Any] = getattr(ops, "report", dict)()
-    said["compiled"] = count.graphs > 0 and said.get("graphs_compiled") != 0
+    said["compiled"] = count.graphs > 0 and said.pop("graphs_run", None) != 0
     marks, utils = [*PHASES, ("", time.perf_counter())], torch._dynamo.utils
     times = dict(phases=marks, dynamo=utils.compilation_time_metrics, counters=utils.counters)
     return None if verdict is None else {**verdict, **count.fields(failure), **said, **times}
