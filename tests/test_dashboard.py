@@ -33,14 +33,16 @@ _OLD: dict[str, Any] = {"compiler_version": "2.9.1"}
 def _support_rows() -> list[dict[str, Any]]:
     return [
         # the older inductor: a, c PASS (c unchecked), b failed, d excluded
-        result_row("org/a", compile_s=10.0, **_OLD),
-        result_row("org/b", "FAIL(gen)", graph_breaks=2, **_OLD),
+        result_row("org/a", compile_s=10.0, graphs_cached=0, graphs_compiled=2, **_OLD),
+        result_row(
+            "org/b", "FAIL(gen)", graph_breaks=2, graphs_cached=1, graphs_compiled=1, **_OLD
+        ),
         result_row("org/c", checked_by="none", **_OLD),
         result_row("org/d", "EXCLUDED", exclusion="remote code", **_OLD),
         # the newer one: a (an older row of it replaced by a later one) and b pass, c fails
         result_row("org/a", "FAIL(other)", compile_s=99.0),
-        result_row("org/a", compile_s=5.0, minutes=5),
-        result_row("org/b", graph_breaks=1),
+        result_row("org/a", compile_s=5.0, minutes=5, graphs_cached=2, graphs_compiled=0),
+        result_row("org/b", graph_breaks=1, graphs_cached=0, graphs_compiled=1),
         result_row("org/c", "FAIL(load)"),
         result_row("org/d", "EXCLUDED", exclusion="remote code"),
         # another compiler: one PASS, no compile_s column at all
@@ -188,6 +190,22 @@ def test_graph_breaks_are_totalled_and_a_pair_without_any_has_none(board: Dashbo
     assert columns[NEW].metrics["graph_breaks"] == 1
     assert columns[NEW].changes["graph_breaks"] == -1
     assert columns[EAGER].metrics["graph_breaks"] is None
+
+
+def test_compile_cache_hits_are_the_graphs_it_served_over_those_the_runs_needed(
+    board: Dashboard,
+) -> None:
+    """Inductor's FX graph cache here; on Neuron, TorchNeuron's (test_compile_cache.py)."""
+    columns = _columns(board)
+    assert columns[OLD].metrics["cache_hits"] == pytest.approx(1 / 4)  # (0 + 1) / (2 + 2)
+    assert columns[NEW].metrics["cache_hits"] == pytest.approx(2 / 3)  # (2 + 0) / (2 + 1)
+    assert columns[NEW].changes["cache_hits"] == pytest.approx(2 / 3 - 1 / 4)
+    assert columns[EAGER].metrics["cache_hits"] is None  # no row records them
+    assert dict(_lines(board))["compile cache hits"] == (
+        "-",
+        "25.0%",
+        "66.7% (+41.7 pp over 2 in both: 25.0% -> 66.7%)",
+    )
 
 
 def test_changes_are_signed_against_the_previous_pair(board: Dashboard) -> None:

@@ -17,6 +17,10 @@ performance rows (``perf/``):
 - **compile time**: the mean and P90 over the models of each model's compile time, the support
   row's ``compile_s`` (its compiled calls' first-call cost), or, for a row without it, the mean
   ``compile_s`` of the model's PASS performance rows (the first, compiling round);
+- **compile cache hits**: the share of the graphs the models' runs needed that their compile
+  cache served, ``graphs_cached`` over ``graphs_cached + graphs_compiled`` summed over the
+  latest rows that record both (inductor's FX graph cache; on Neuron, TorchNeuron's NEFF
+  cache, seeded from a bucket or warm from earlier runs);
 - **memory ratio**: the geometric mean over the models of compiled/eager peak memory
   (``peak_gb / eager_peak_gb`` of its PASS performance rows; none on CPU);
 - **graph breaks**: their total over the pair's latest rows.

@@ -109,6 +109,7 @@ def _pair_figures(
         compile_s = own if own is not None else bench.get("compile_s")
         result = None if row is None else str(row["result"])
         breaks = None if row is None else row.get("graph_breaks")
+        cached, fresh = (None, None) if row is None else _graphs(row)
         figures[model_id] = ModelFigures(
             model_id=model_id,
             result=result,
@@ -123,8 +124,32 @@ def _pair_figures(
             left_out=bench.get("left_out", 0),
             memory_ratio=bench.get("memory_ratio"),
             graph_breaks=breaks if isinstance(breaks, int) else None,
+            graphs_cached=cached,
+            graphs_compiled=fresh,
         )
     return figures
+
+
+def _graphs(row: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """A row's ``graphs_cached`` and ``graphs_compiled`` where it records both, else none."""
+    cached, fresh = row.get("graphs_cached"), row.get("graphs_compiled")
+    if isinstance(cached, int) and isinstance(fresh, int):
+        return cached, fresh
+    return None, None
+
+
+def _cache_hits(rows: Sequence[ModelFigures]) -> tuple[float | None, int]:
+    """The share of the graphs the models' runs needed that their compile cache served, and
+    the models it is made of (those whose row records both counts, and some graph)."""
+    known = [
+        (cached, fresh)
+        for f in rows
+        if (cached := f.graphs_cached) is not None
+        and (fresh := f.graphs_compiled) is not None
+        and cached + fresh > 0
+    ]
+    total = sum(c + n for c, n in known)
+    return (sum(c for c, _ in known) / total if total else None), len(known)
 
 
 def _worst(figures: Sequence[ModelFigures], only_here: Set[str]) -> dict[str, list[Worst]]:
@@ -170,6 +195,7 @@ def _summary(figures: Sequence[ModelFigures]) -> _Summary:
     memory = [f.memory_ratio for f in figures if f.memory_ratio is not None]
     breaks = [f.graph_breaks for f in rows if f.graph_breaks is not None]
     nothing = sum(f.compiled_nothing for f in rows)
+    hits, hit_models = _cache_hits(rows)
     metrics: dict[str, float | None] = {
         "pass_rate": (counts[Result.PASS] - nothing) / tested if tested else None,
         "unchecked": float(sum(f.unchecked for f in rows)),
@@ -177,11 +203,12 @@ def _summary(figures: Sequence[ModelFigures]) -> _Summary:
         "speedup": _geomean(speedups),
         "compile_mean_s": statistics.fmean(compiles) if compiles else None,
         "compile_p90_s": percentile(compiles, 90) if compiles else None,
+        "cache_hits": hits,
         "memory_ratio": _geomean(memory),
         "graph_breaks": float(sum(breaks)) if breaks else None,
     }
-    made_of = (tested, tested, tested, len(speedups), len(compiles), len(compiles), len(memory))
-    models = dict(zip((m.key for m in METRICS), (*made_of, len(breaks)), strict=True))
+    made_of = (tested, tested, tested, len(speedups), len(compiles), len(compiles), hit_models)
+    models = dict(zip((m.key for m in METRICS), (*made_of, len(memory), len(breaks)), strict=True))
     return _Summary(metrics, {r.value: counts[r.value] for r in Result}, models, speedups)
 
 
@@ -191,7 +218,10 @@ def _tested(figures: Mapping[str, ModelFigures]) -> list[str]:
     return [model for model, f in figures.items() if f.result != Result.EXCLUDED]
 
 
-_ALIKE: Final = ("result", "compile_s", "speedup", "memory_ratio", "graph_breaks")
+_ALIKE: Final = (
+    *("result", "compile_s", "speedup", "memory_ratio", "graph_breaks"),
+    *("graphs_cached", "graphs_compiled"),
+)
 """The figures of a model that a comparison keeps only where both pairs have them."""
 
 

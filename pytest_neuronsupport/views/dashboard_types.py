@@ -55,6 +55,7 @@ METRICS: Final = (
     Metric("speedup", "speedup (geomean)", "x"),
     Metric("compile_mean_s", "compile time (mean)", " s"),
     Metric("compile_p90_s", "compile time (P90)", " s"),
+    Metric("cache_hits", "compile cache hits", percent=True),
     Metric("memory_ratio", "peak memory compiled/eager", "x"),
     Metric("graph_breaks", "graph breaks (total)"),
 )
@@ -82,6 +83,10 @@ class ModelFigures:
     """Speedup figures of the model flagged ``wide_interval``, not in :attr:`speedup`."""
     memory_ratio: float | None = None
     graph_breaks: int | None = None
+    #: What its compile cache did: graphs found there, and compiled (``graphs_cached``,
+    #: ``graphs_compiled`` of its row).
+    graphs_cached: int | None = None
+    graphs_compiled: int | None = None
 
 
 @dataclass(frozen=True)
