@@ -2,8 +2,9 @@
 ``--neuron-sweep``): the settings (:mod:`settings`, from the option table), the results store,
 the backend and the device checked before anything runs (by the controller), the runners and
 modes (built-in, from entry points and the users' hooks), the model lists as the session's
-collection arguments, the baseline; then the :class:`~pytest_neuronsupport.session.SweepSession`
-that runs the sweep, registered with its companion plugins.
+collection arguments, the baseline, the compile cache's bucket (``--neuron-compile-cache``,
+opened by the controller); then the :class:`~pytest_neuronsupport.session.SweepSession` that
+runs the sweep, registered with its companion plugins.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_neuronsupport import baseline, lanes, modes, xdist
+from pytest_neuronsupport import baseline, compilecache, lanes, modes, xdist
 from pytest_neuronsupport.dataset.stores import ResultsError, check_folder, open_store
 from pytest_neuronsupport.dataset.tables import register
 from pytest_neuronsupport.modellist import ModelListError, check_model_id, parse_lists
@@ -44,8 +45,7 @@ def configure(config: pytest.Config) -> SweepSession:
         lists = parse_lists(settings.lists, runners)
     except ModelListError as exc:
         raise pytest.UsageError(*(f"neuronsupport: {p}" for p in exc.problems)) from None
-    if not xdist.is_worker(config):
-        check_the_run(settings, config)
+    compile_cache = None if xdist.is_worker(config) else check_the_run(settings, config)
     # The model lists are what the session collects, beside any path given explicitly.
     explicit = config.args if config.args_source == pytest.Config.ArgsSource.ARGS else []
     config.args = [str(p) for p in settings.lists] + list(explicit)
@@ -56,6 +56,7 @@ def configure(config: pytest.Config) -> SweepSession:
     session = SweepSession(
         config, settings, runners, sweep_modes, store, lists=lists, baseline=expected
     )
+    session.compile_cache = compile_cache
     session.register()
     return session
 
@@ -76,10 +77,11 @@ def extensions(config: pytest.Config) -> tuple[Runners, list[modes.Mode]]:
     return runners, sweep_modes
 
 
-def check_the_run(settings: Settings, config: pytest.Config) -> None:
+def check_the_run(settings: Settings, config: pytest.Config) -> compilecache.SharedCache | None:
     """The controller's checks before anything runs: the folders it writes besides the
-    results, the backend, lanes with the session's options, the environment the runs inherit
-    (a ``UsageError`` naming what is wrong)."""
+    results, the backend, lanes with the session's options, the compile cache's bucket
+    (opened: :func:`shared_cache`), the environment the runs inherit (a ``UsageError`` naming
+    what is wrong). The compile cache, if any."""
     from pytest_neuronsupport.backends import check_backend
 
     for option, folder in (
@@ -99,10 +101,30 @@ def check_the_run(settings: Settings, config: pytest.Config) -> None:
     problem = lanes.refused(settings.lanes, config)
     if problem:
         raise pytest.UsageError(f"neuronsupport: {problem}")
+    compile_cache = None if config.option.collectonly else shared_cache(settings)
     problem = settings.device.check(os.environ)  # what the runs inherit
     if problem:
         device = settings.device.name
         raise pytest.UsageError(f"neuronsupport: --neuron-device {device}: {problem}")
+    return compile_cache
+
+
+def shared_cache(settings: Settings) -> compilecache.SharedCache | None:
+    """The compile cache shared through a bucket (``--neuron-compile-cache``), opened: the
+    bucket made if missing and the token may; else a usage error naming it, before any test."""
+    if settings.compile_cache is None:
+        return None
+    shared = settings.device.shared_cache(settings.cache, settings.backend)
+    if shared is None:
+        raise pytest.UsageError(
+            f"neuronsupport: --neuron-compile-cache: the {settings.device.name} device keeps "
+            f"no compile cache to share with backend {settings.backend} (the neuron device's "
+            "NEFF cache, compiled by the neuron backend)"
+        )
+    try:
+        return compilecache.open_cache(settings.compile_cache, shared[1], shared[0])
+    except compilecache.CompileCacheError as exc:
+        raise pytest.UsageError(f"neuronsupport: --neuron-compile-cache {exc}") from None
 
 
 def users(hook: Any, config: pytest.Config) -> list[Any]:

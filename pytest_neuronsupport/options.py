@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_neuronsupport import devices
+from pytest_neuronsupport.compilecache import bucket_uri
 from pytest_neuronsupport.modellist import parse_io, parse_sizes
 from pytest_neuronsupport.pricing import INSTANCES, parse_instance
 from pytest_neuronsupport.runners.lib.protocol import DTYPES
@@ -154,6 +155,16 @@ OPTIONS: tuple[Option, ...] = (
         default=default_cache,
         described="$NEURONSUPPORT_CACHE, else $XDG_CACHE_HOME/pytest-neuronsupport, else "
         "~/.cache/pytest-neuronsupport",
+    ),
+    Option(
+        "compile-cache",
+        "share the compile cache through a Hub Storage Bucket, hf://buckets/NAMESPACE/NAME: "
+        "its folder for the compiler (neuronxcc-<version>/) seeds the local cache before the "
+        "first run, and what the sweep compiled is published there after it, each shard after "
+        "its own part (publishing, and making a missing bucket, need a token that may write "
+        "there; a read-only one seeds). The neuron device's NEFF cache",
+        "URI",
+        parse=bucket_uri,
     ),
     Option("limit", "run at most N models, going down the lists in order", "N", kind="int"),
     Option("rerun", "run models again even when their run.py is the one recorded", kind="flag"),

@@ -28,6 +28,7 @@ import pytest
 from pytest_neuronsupport import (
     baseline,
     collect,
+    compilecache,
     hub,
     lanes,
     order,
@@ -90,6 +91,10 @@ class SweepSession:
     unchecked_failing: list[str] = field(default_factory=list)
     #: Downloads the models to come while others run (controller only): ``--neuron-prefetch-gb``.
     prefetcher: prefetch.Prefetcher | None = None
+    #: The compile cache shared through a bucket (controller only): ``--neuron-compile-cache``.
+    compile_cache: compilecache.SharedCache | None = None
+    #: What sharing it did, for the summary.
+    cache_notes: list[str] = field(default_factory=list)
 
     @cached_property
     def sweep(self) -> Sweep:
@@ -204,6 +209,23 @@ class SweepSession:
             raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
         self.note_merge(merge_journals(self.settings.results))
         self.journal = Journal(self.settings.results)
+        self.share_compile_cache()
+
+    def share_compile_cache(self) -> None:
+        """Seed the local compile cache from its bucket (``--neuron-compile-cache``, opened
+        when the sweep was configured) before any run, and say so at once; a bucket that
+        cannot be read stops the sweep here."""
+        if self.compile_cache is None:
+            return
+        try:
+            lines = compilecache.start(self.compile_cache)
+        except compilecache.CompileCacheError as exc:
+            raise pytest.UsageError(f"neuronsupport: --neuron-compile-cache {exc}") from None
+        self.cache_notes.extend(lines)
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in lines:
+            if tr is not None:
+                tr.write_line(line, yellow="will not publish" in line)
 
     def finish(self, session: pytest.Session) -> None:
         assert self.journal is not None
@@ -217,6 +239,9 @@ class SweepSession:
         self.problems.extend([problem] if problem else [])
         not_shared = self.store.finish()  # rows the shared dataset lacks (kept locally)
         self.problems.extend(not_shared)
+        if self.compile_cache is not None:  # what the sweep compiled, for other machines
+            line, went = compilecache.finish(self.compile_cache)
+            (self.cache_notes if went else self.problems).append(line)
         if self.settings.require_check:
             self.unchecked_failing = [r["model_id"] for r in report.unchecked_rows(self.covered())]
         if self.baseline is not None:
@@ -354,7 +379,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
-            notes=self.hub_cache.notes(),
+            notes=[*self.hub_cache.notes(), *self.cache_notes],
             baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),

@@ -38,6 +38,8 @@ class Settings:
     #: The order models start in under several xdist workers: ``cost`` (largest first,
     #: :mod:`pytest_neuronsupport.order`) or ``list``.
     order: str = declared("order")
+    #: The Hub Storage Bucket the compile cache is shared through (``hf://buckets/NS/NAME``).
+    compile_cache: str | None = declared("compile-cache")
     limit: int | None = declared("limit")
     rerun: bool = declared("rerun")
     #: On a failure, shrink the failing graph into repro.py (within ``minify_timeout_s``).
@@ -205,7 +207,7 @@ def settings_from(config: pytest.Config) -> Settings:
         isolation=get("isolation"),
         order=get("order"),
         limit=limit,
-        rerun=get("rerun"),
+        **named(values, "compile-cache", "rerun"),
         minify=get("minify"),
         minify_timeout_s=get("minify-timeout"),
         max_memory_gb=get("max-memory"),
@@ -229,7 +231,12 @@ def settings_from(config: pytest.Config) -> Settings:
     )
 
 
+def named(values: _Values, *names: str) -> dict[str, Any]:
+    """The settings of the options ``names``, whose fields are named after them."""
+    return {BY_NAME[name].dest: values.get(name) for name in names}
+
+
 def perf_settings(values: _Values) -> dict[str, Any]:
     """The benchmark's settings (``--neuron-perf*``, the price)."""
     names = [*(o.name for o in OPTIONS if o.name.startswith("perf")), "price-per-hour", "instance"]
-    return {BY_NAME[name].dest: values.get(name) for name in names}
+    return named(values, *names)

@@ -244,6 +244,28 @@ def test_rerun_example_uses_a_recorded_model(tmp_path: Path) -> None:
     assert 'df[df.model_id == "org/model-1.5"]' in body
 
 
+def test_the_buckets_of_shared_compiled_graphs_are_named_with_their_sync_line(
+    tmp_path: Path,
+) -> None:
+    """As the public dataset's card names its NEFF cache: each bucket folder the rows name,
+    with the line that copies it; a value no shell line should hold is left out."""
+    folder = "hf://buckets/org/neff/neuronxcc-2.21.0+local"
+    odd = "hf://buckets/org/neff/x; rm -rf ~"
+    rows = [
+        result_row("zoo:llama", compile_cache=folder),
+        result_row("zoo:bert", compile_cache=folder),
+        result_row("zoo:t5", compile_cache=odd),
+        result_row("zoo:gpt2"),
+    ]
+    _, body = split_card(card_text(write_results(tmp_path / "results", rows)))
+    section = body.split("## Compiled graphs", 1)[1]
+    assert f"hf buckets sync {folder} /tmp/neff_cache\n" in section
+    assert section.count("hf buckets sync") == 1 and "rm -rf" not in body
+    assert "export TORCH_NEURONX_NEFF_CACHE_DIR=/tmp/neff_cache" in section
+    plain = card_text(write_results(tmp_path / "plain", [result_row("zoo:gpt2")]))
+    assert "## Compiled graphs" not in plain
+
+
 # --------------------------------------------------------------------------------------------
 # writing it
 # --------------------------------------------------------------------------------------------

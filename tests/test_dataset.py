@@ -129,6 +129,7 @@ EXPECTED_COLUMNS = (
     "fp64_tolerance",
     "core_s",
     "download_s",
+    "compile_cache",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -963,7 +964,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     later = (
         *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
         *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s", *FP64_COLUMNS),
-        *("core_s", "download_s"),
+        *("core_s", "download_s", "compile_cache"),
     )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
@@ -981,6 +982,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert table.column("cpu_ops").to_pylist() == [None]  # not known: not "none on the CPU"
     assert table.column("checked_by").to_pylist() == ["cpu"]
     assert table.column("core_s").to_pylist() == [None]
+    assert table.column("compile_cache").to_pylist() == [None]
     new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
     append_rows(tmp_path, [(PAIR, new)])
     merge_journals(tmp_path)  # and the merge rewrites the file in the current schema

@@ -98,6 +98,8 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("core_s", pa.float64()),
         # the download of its files before its lease (appended: older files load it null)
         pa.field("download_s", pa.float64()),
+        # the bucket its compile cache was shared through (appended: older files load it null)
+        pa.field("compile_cache", pa.string()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -262,14 +264,16 @@ COLUMN_DOCS: Final[dict[str, str]] = {
     ),
     "graphs_cached": (
         "Graphs the compile cache served (inductor's FX graph cache hits on the CPU and "
-        "CUDA); null where the backend has no cache (`aot_eager`) or, on Neuron, where the "
-        "runtime does not say (the NEFF cache's hits are not reported)."
+        "CUDA; on Neuron, TorchNeuron's persistent NEFF cache's hits, its "
+        "`CompilationCache.PersistentHits` counter: seeded from a bucket or compiled by an "
+        "earlier run); null where the backend has no cache (`aot_eager`) or the runtime "
+        "does not say."
     ),
     "graphs_compiled": (
-        "Graphs compiled fresh: inductor's FX graph cache misses and bypasses; on Neuron the "
-        "graphs TorchNeuron's `get_dynamo_metrics()` lists for the run; 0 with `graphs_cached` "
-        "above 0: a warm compile; null where the backend has no cache and the runtime does "
-        "not say."
+        "Graphs compiled fresh: inductor's FX graph cache misses and bypasses; on Neuron "
+        "TorchNeuron's `CompilationCache.TotalCompilations` counter (where it has none, the "
+        "graphs its `get_dynamo_metrics()` lists); 0 with `graphs_cached` above 0: a warm "
+        "compile; null where the backend has no cache and the runtime does not say."
     ),
     "compiled": (
         "Whether the device run compiled at least one graph (dynamo handed the backend a "
@@ -319,6 +323,13 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "leased its cores (not in `wall_s`: no core waited for it); near 0 when they were "
         "there already (downloaded ahead while other models ran); null for a local checkpoint "
         "or offline."
+    ),
+    "compile_cache": (
+        "The Hub Storage Bucket folder the sweep shared its compile cache through "
+        "(`--neuron-compile-cache`), one per compiler version, "
+        "`hf://buckets/NS/NAME/neuronxcc-<version>`: seeded from before the run, what it "
+        "compiled published there after the sweep; `hf buckets sync <it> /tmp/neff_cache` "
+        "copies the graphs; null: not shared."
     ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_neuronsupport.compilecache import SharedCache
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.support import SUPPORT
 from pytest_neuronsupport.modellist import ModelSpec
@@ -110,8 +111,18 @@ class Support:
             hbm_capacity_gb=round(s.core_capacity_gb * planned.cores, 6),
             run_py=text,
             run_py_sha256=sha256(text),
+            compile_cache=shared_cache(s),
         )
         return [{**base, **fields}]
+
+
+def shared_cache(s: Settings) -> str | None:
+    """The bucket folder the sweep's compile cache is shared through (the row's
+    ``compile_cache``), or None."""
+    shared = s.device.shared_cache(s.cache, s.backend) if s.compile_cache else None
+    if s.compile_cache is None or shared is None:
+        return None
+    return SharedCache.of(s.compile_cache, shared[1], shared[0]).remote
 
 
 def judged_again(sweep: Sweep, planned: Plan, fields: Mapping[str, Any]) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Final
 import pyarrow as pa
 import yaml
 
+from pytest_neuronsupport.compilecache import SHARED_FOLDER
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.files import read_table
 from pytest_neuronsupport.dataset.layout import data_files
@@ -109,6 +110,8 @@ class _Pair:
         )
         self.extras = {f.name: str(f.type) for f in table.schema if f.name not in SCHEMA.names}
         self.first_id = next(iter(table.column("model_id").to_pylist()), None)
+        shared = table.column("compile_cache").to_pylist()
+        self.compile_caches = {c for c in shared if c and SHARED_FOLDER.fullmatch(c)}
 
 
 def _pairs(results_dir: Path) -> list[_Pair]:
@@ -294,6 +297,27 @@ def _usage_section(pairs: list[_Pair]) -> list[str]:
     ]
 
 
+def _compile_cache_section(pairs: list[_Pair]) -> list[str]:
+    """The buckets the sweeps shared their compiled graphs through, with the line that copies
+    each folder (none: no section)."""
+    folders = sorted({folder for pair in pairs for folder in pair.compile_caches})
+    if not folders:
+        return []
+    return [
+        "",
+        "## Compiled graphs",
+        "",
+        "The sweeps shared their compile cache through a Hub Storage Bucket, one folder per "
+        "compiler version. On a Trainium instance with that compiler, a run skips compiling "
+        "the graphs there by copying them into TorchNeuron's cache first:",
+        "",
+        "```bash",
+        *(f"hf buckets sync {folder} /tmp/neff_cache" for folder in folders),
+        "export TORCH_NEURONX_NEFF_CACHE_DIR=/tmp/neff_cache",
+        "```",
+    ]
+
+
 def card_text(results_dir: Path) -> str:
     """The dataset card of ``results_dir``: YAML front matter, then Markdown.
 
@@ -321,6 +345,7 @@ def card_text(results_dir: Path) -> str:
         *_columns_section(pairs),
         "",
         *_usage_section(pairs),
+        *_compile_cache_section(pairs),
     ]
     return "\n".join(lines) + "\n"
 
