@@ -22,6 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from torch_neuronx import metrics
 
 MAGIC = b"NEFF-standin 1\n"
@@ -45,12 +47,11 @@ def key(code: str, example_inputs: Any) -> str:
     """The graph's key: what its NEFF depends on (the compiler, the graph, its inputs' shapes,
     strides and dtypes), hashed."""
     digest = hashlib.sha256(f"neuronx-cc {_compiler()}\n{code}\n".encode())
-    for value in example_inputs:
-        shape = getattr(value, "shape", None)
-        if shape is None:
-            digest.update(f"{value!r}\n".encode())
+    for value in example_inputs:  # tensors, symbolic sizes, a process group's opaque object
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{tuple(value.shape)} {tuple(value.stride())} {value.dtype}\n".encode())
         else:
-            digest.update(f"{tuple(shape)} {tuple(value.stride())} {value.dtype}\n".encode())
+            digest.update(f"{type(value).__name__}\n".encode())
     return digest.hexdigest()
 
 
