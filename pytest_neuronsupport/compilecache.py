@@ -140,7 +140,7 @@ def _said(exc: Exception) -> str:
     return said if isinstance(exc, HfHubHTTPError) else f"{type(exc).__name__}: {said}"
 
 
-def may_write(api: Any, bucket_id: str) -> str | None:
+def read_only(api: Any, bucket_id: str) -> str | None:
     """Why this token may not add files to the bucket (None: it may), asked as the client asks
     before an upload: for a Xet write token."""
     from huggingface_hub import get_session, hf_raise_for_status
@@ -183,13 +183,13 @@ def open_cache(uri: str, folder: str, local: Path) -> SharedCache:
                     "give the sweep a token that may write to its namespace (HF_TOKEN)"
                 ) from None
             created = True
-        read_only = may_write(api, cache.bucket_id)
+        why = read_only(api, cache.bucket_id)
     except CompileCacheError:
         raise
     except Exception as exc:  # the endpoint down, or refusing: the transport's errors
         where = f"{BUCKETS}{cache.bucket_id} at {api.endpoint}"
         raise CompileCacheError(f"{where}: {_said(exc)}") from None
-    return SharedCache(cache.bucket_id, cache.folder, local, read_only, created)
+    return SharedCache(cache.bucket_id, cache.folder, local, why, created)
 
 
 def _relative(path: str, folder: str) -> str | None:

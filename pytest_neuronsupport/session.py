@@ -8,7 +8,8 @@ skip mend (:class:`~pytest_neuronsupport.outcomes.JunitSkips`). Each hook method
 that hand the work to a plain module: collection to :mod:`collect`, a model's test to
 :mod:`pytest_neuronsupport.modes`, its pytest outcome to :mod:`outcomes`, rows to the results
 store (:mod:`dataset.stores`) and the journal, the Hub cache's bound to :mod:`hub`, the
-selection's ranks to :mod:`selection`, texts to :mod:`report`.
+shared compile cache's seeding and publishing to :mod:`compilecache`, the selection's ranks to
+:mod:`selection`, texts to :mod:`report`.
 
 Who does what under pytest-xdist: workers collect the same items in the same order and test
 the models; each test's outcomes (one per mode: its table, its rows, whether it was unchanged)
@@ -207,9 +208,9 @@ class SweepSession:
             self.store.pull()
         except ResultsError as exc:
             raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
+        self.share_compile_cache()
         self.note_merge(merge_journals(self.settings.results))
         self.journal = Journal(self.settings.results)
-        self.share_compile_cache()
 
     def share_compile_cache(self) -> None:
         """Seed the local compile cache from its bucket (``--neuron-compile-cache``, opened
