@@ -156,6 +156,7 @@ HEAVIEST_FIRST = (
     "test_a_sweep_of_a_selection_downloads_and_records_the_pinned_revisions",  # 47
     "test_a_miscompiled_op_gives_an_output_failure_whose_repro_shows_the_mismatch",  # 48
     "test_several_cores_are_judged_by_the_english_judge",  # 37
+    "test_two_instances_share_one_bucket",  # 29: two stand-in sweeps, one compile cache bucket
     "test_a_hook_adds_a_runner_whose_run_py_stands_alone",  # 30
     "test_the_default_judge_comes_from_the_hub_pinned",  # 25
     "test_one_core_runs_again_with_the_judge_when_its_cpu_run_fails",  # 20

@@ -108,6 +108,7 @@ def test_two_instances_share_one_bucket(hub: MiniHub, zoo_cache: Path, tmp_path:
     assert f"graphs: {len(compiled)} cached, 0 compiled" in shown
 
 
+@pytest.mark.slow
 def test_four_shards_publish_at_once_and_lose_no_file(hub: MiniHub, tmp_path: Path) -> None:
     """Four processes publish their local caches into one folder at once, as four shards do
     at their ends (:func:`compilecache.finish`, the session's own call): some graphs compiled
@@ -151,6 +152,7 @@ def test_four_shards_publish_at_once_and_lose_no_file(hub: MiniHub, tmp_path: Pa
     assert neffs(back) == expected  # every file whole
 
 
+@pytest.mark.slow
 def test_an_unknown_bucket_with_a_read_only_token_stops_the_sweep_at_its_start(
     hub: MiniHub, zoo_cache: Path, tmp_path: Path
 ) -> None:
