@@ -86,7 +86,6 @@ bucket's batch names a file.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 import threading
@@ -97,26 +96,20 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport.minihub.buckets import Bucket, BucketFile
 from pytest_neuronsupport.minihub.repos import (
     _DEFAULT_CREATED_AT,
-    _FULL_SHA,
     GITATTRIBUTES,
     _as_datetime,
-    _Blob,
-    _Commit,
-    _derive,
-    _iso,
-    _read_folder,
     _Repo,
 )
 from pytest_neuronsupport.minihub.server import _Server
+from pytest_neuronsupport.minihub.state import Bucket, BucketFile, HubState
 from pytest_neuronsupport.minihub.xetstore import XetStore
 
 __all__ = ["MiniHub", "minihub"]
 
 
-class MiniHub:
+class MiniHub(HubState):
     """A small Hugging Face Hub serving model repos over HTTP on ``127.0.0.1``.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. All methods are
@@ -136,29 +129,7 @@ class MiniHub:
     """
 
     def __init__(self, *, page_size: int = 1000, verbose: bool = False) -> None:
-        self.page_size = page_size
-        self.verbose = verbose
-        self.requests: list[tuple[str, str]] = []
-        self.request_headers: list[dict[str, str]] = []
-        self.errors: list[str] = []
-        self._lock = threading.RLock()
-        self._repos: dict[str, _Repo] = {}  # the model repos
-        self._repos_of: dict[str, dict[str, _Repo]] = {
-            "model": self._repos,
-            "dataset": {},
-            "space": {},
-        }
-        self._users: dict[str, set[str]] = {}  # user -> the organizations it belongs to
-        self._tokens: dict[str, tuple[str, bool]] = {}  # token -> (user, may write)
-        self._lfs: dict[str, bytes] = {}  # LFS objects uploaded, by sha256
-        self._buckets: dict[str, Bucket] = {}
-        #: The Xet content store of the buckets' files (``local://`` for hf_xet), while started.
-        self.cas: XetStore | None = None
-        self._interrupts: dict[tuple[str, str], list[list[int]]] = {}
-        #: Set by :meth:`fail_with` / :meth:`stall`: (what the path holds, status or seconds).
-        self._failing: tuple[str, int] | None = None
-        self._stalling: tuple[str, float] | None = None
-        self._order = 0
+        super().__init__(page_size=page_size, verbose=verbose)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -170,6 +141,7 @@ class MiniHub:
             raise RuntimeError("MiniHub is already started")
         self.cas = XetStore(Path(tempfile.mkdtemp(prefix="minihub-cas-")))
         self._server = _Server(self)
+        self._port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -189,6 +161,7 @@ class MiniHub:
         server.close_connections(timeout=5)
         server.server_close()
         self._server = self._thread = None
+        self._port = None
         if self.cas is not None:
             shutil.rmtree(self.cas.folder, ignore_errors=True)
             self.cas = None
@@ -198,13 +171,6 @@ class MiniHub:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``, the value for ``HF_ENDPOINT`` / ``endpoint=``."""
-        if self._server is None:
-            raise RuntimeError("MiniHub is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # -- repos ---------------------------------------------------------------------------------
 
@@ -414,85 +380,6 @@ class MiniHub:
         """Undo :meth:`fail_with` and :meth:`stall`."""
         with self._lock:
             self._failing = self._stalling = None
-
-    # -- internals -------------------------------------------------------------------------------
-
-    def _fault_for(self, path: str) -> tuple[int | None, float]:
-        """The error status and the wait :meth:`fail_with` and :meth:`stall` set for ``path``."""
-        with self._lock:
-            failing, stalling = self._failing, self._stalling
-        status = failing[1] if failing and failing[0] in path else None
-        return status, stalling[1] if stalling and stalling[0] in path else 0.0
-
-    def _create(self, repo_id: str, repo_type: str, sdk: str | None) -> _Repo:
-        """A new, empty repo of *repo_type* (under the lock; ValueError if it exists)."""
-        repos = self._repos_of[repo_type]
-        if repo_id in repos:
-            raise ValueError(f"{repo_type} repo {repo_id} exists")
-        self._order += 1
-        repo = _Repo(
-            repo_id=repo_id,
-            pipeline_tag=None,
-            tags=(),
-            downloads=0,
-            trending_score=0,
-            likes=0,
-            gated=False,
-            library_name=None,
-            created_at=datetime.now(UTC).replace(microsecond=0),
-            config=None,
-            safetensors_parameters=None,
-            transformers_info=None,
-            gguf=None,
-            order=self._order,
-            repo_type=repo_type,
-            sdk=sdk,
-        )
-        repos[repo_id] = repo
-        return repo
-
-    @staticmethod
-    def _content(folder: Path | str | None, files: Mapping[str, bytes] | None) -> dict[str, bytes]:
-        content = _read_folder(Path(folder)) if folder is not None else {}
-        for path, data in (files or {}).items():
-            content[path.strip("/")] = bytes(data)
-        return content
-
-    @staticmethod
-    def _make_commit(
-        repo: _Repo,
-        parent: _Commit | None,
-        content: Mapping[str, bytes],
-        when: datetime,
-        title: str,
-        sha: str | None = None,
-        description: str = "",
-    ) -> _Commit:
-        if sha is not None and not _FULL_SHA.fullmatch(sha):
-            raise ValueError(f"sha must be 40 lowercase hex digits, not {sha!r}")
-        blobs = {path: _Blob.of(path, data) for path, data in sorted(content.items())}
-        digest = hashlib.sha1(f"{repo.repo_id}\n{parent.sha if parent else ''}\n{title}\n".encode())
-        digest.update(_iso(when).encode())
-        for path, blob in blobs.items():
-            digest.update(f"\n{path} {blob.oid}".encode())
-        commit = _Commit(sha or digest.hexdigest(), parent, blobs, when, title, {}, description)
-        commit.meta = _derive(repo, blobs)
-        return commit
-
-    def _record(self, method: str, path: str, headers: dict[str, str]) -> None:
-        with self._lock:
-            self.requests.append((method, path))
-            self.request_headers.append(headers)
-
-    def _take_interrupt(self, repo_id: str, filename: str) -> int | None:
-        pending = self._interrupts.get((repo_id, filename))
-        if not pending:
-            return None
-        after_bytes = pending[0][0]
-        pending[0][1] -= 1
-        if pending[0][1] == 0:
-            pending.pop(0)
-        return after_bytes
 
 
 @pytest.fixture

@@ -28,83 +28,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 from pytest_neuronsupport.minihub.models import TRUE, cursor_offset
-from pytest_neuronsupport.minihub.repos import _iso
-from pytest_neuronsupport.minihub.writes import _known_namespace, _Reply, _Request, authorize
-
-if TYPE_CHECKING:
-    from pytest_neuronsupport.minihub.server import _Handler
+from pytest_neuronsupport.minihub.state import Bucket, BucketFile
+from pytest_neuronsupport.minihub.writes import (
+    Handler,
+    _known_namespace,
+    _Reply,
+    _Request,
+    authorize,
+)
 
 _XET_HASH = re.compile(r"[0-9a-f]{64}")
 #: How long a Xet token handed out lives (the client refreshes it a minute before).
 TOKEN_LIFETIME_S = 3600
-
-
-@dataclass(frozen=True)
-class BucketFile:
-    """A file of a bucket: its size and Xet hash (its content is in the content store), the
-    mtime the client sent (ms since the epoch) and when it was added."""
-
-    path: str
-    size: int
-    xet_hash: str
-    mtime_ms: int
-    uploaded_at: datetime
-    content_type: str | None = None
-
-    def json(self) -> dict[str, Any]:
-        mtime = datetime.fromtimestamp(self.mtime_ms / 1000, UTC)
-        return {
-            "type": "file",
-            "path": self.path,
-            "size": self.size,
-            "xetHash": self.xet_hash,
-            "mtime": mtime.isoformat().replace("+00:00", "Z"),
-            "uploadedAt": _iso(self.uploaded_at),
-        }
-
-
-@dataclass
-class Bucket:
-    """A bucket: its id, visibility, creation date and files by path."""
-
-    bucket_id: str
-    private: bool
-    created_at: datetime
-    files: dict[str, BucketFile] = field(default_factory=dict)
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "id": self.bucket_id,
-            "private": self.private,
-            "createdAt": _iso(self.created_at),
-            "size": sum(f.size for f in self.files.values()),
-            "totalFiles": len(self.files),
-        }
-
-    def listing(self, prefix: str, recursive: bool) -> list[dict[str, Any]]:
-        """What ``tree/{prefix}`` lists: every file under it (a path prefix, as the Hub
-        matches it) when recursive, else the files and folders right inside folder *prefix*."""
-        if recursive:
-            return [f.json() for p, f in sorted(self.files.items()) if p.startswith(prefix)]
-        inside = f"{prefix.rstrip('/')}/" if prefix else ""
-        entries: dict[str, dict[str, Any]] = {}
-        for path, file in sorted(self.files.items()):
-            if not path.startswith(inside):
-                continue
-            head, slash, _ = path[len(inside) :].partition("/")
-            if slash:
-                folder = inside + head
-                entries.setdefault(folder, {"type": "directory", "path": folder})
-                entries[folder]["uploadedAt"] = _iso(file.uploaded_at)
-            else:
-                entries[path] = file.json()
-        return list(entries.values())
 
 
 def bucket_of(request: _Request, bucket_id: str, authorized: bool) -> Bucket:
@@ -220,9 +160,7 @@ def _apply(
     return None
 
 
-def serve(
-    handler: _Handler, method: str, segments: list[str], query: list[tuple[str, str]]
-) -> bool:
+def serve(handler: Handler, method: str, segments: list[str], query: list[tuple[str, str]]) -> bool:
     """Answer a request for a bucket (``/api/buckets/...`` or ``/buckets/.../resolve/...``);
     False when the path is not a bucket's."""
     if segments[:2] == ["api", "buckets"] and len(segments) >= 4:
@@ -237,7 +175,7 @@ def serve(
 
 
 def _api(
-    handler: _Handler, method: str, bucket_id: str, rest: list[str], query: list[tuple[str, str]]
+    handler: Handler, method: str, bucket_id: str, rest: list[str], query: list[tuple[str, str]]
 ) -> None:
     request, authorized = handler._request(), handler._authorized()
     if method == "POST" and not rest:
@@ -259,7 +197,7 @@ def _api(
     raise _Reply(404, f"Not found: {method} {handler.path}")
 
 
-def _tree(handler: _Handler, bucket: Bucket, prefix: str, query: list[tuple[str, str]]) -> None:
+def _tree(handler: Handler, bucket: Bucket, prefix: str, query: list[tuple[str, str]]) -> None:
     params = dict(query)
     recursive = params.get("recursive", "").lower() in TRUE
     try:
@@ -275,7 +213,7 @@ def _tree(handler: _Handler, bucket: Bucket, prefix: str, query: list[tuple[str,
     handler._send_json(entries[offset : offset + size], headers=headers)
 
 
-def _resolve(handler: _Handler, method: str, bucket_id: str, path: str) -> None:
+def _resolve(handler: Handler, method: str, bucket_id: str, path: str) -> None:
     """``HEAD /buckets/{id}/resolve/{path}``: the file's Xet hash, size and read-token route.
     A ``GET`` is refused: contents are served only through Xet."""
     hub = handler.server.hub

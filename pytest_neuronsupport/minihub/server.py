@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from pytest_neuronsupport.minihub import buckets, writes
@@ -35,11 +35,8 @@ from pytest_neuronsupport.minihub.models import (
     sort_value,
 )
 from pytest_neuronsupport.minihub.repos import _Blob, _Commit, _iso, _Repo
+from pytest_neuronsupport.minihub.state import HubState
 from pytest_neuronsupport.minihub.writes import LFS_CONTENT_TYPE, _Reply, _Request
-
-if TYPE_CHECKING:
-    from pytest_neuronsupport.minihub import MiniHub
-
 
 _SUBPATHS = {"revision", "tree", "paths-info", "refs", "resolve", "commits", "preupload", "commit"}
 _TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
@@ -52,7 +49,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, hub: MiniHub) -> None:
+    def __init__(self, hub: HubState) -> None:
         self.hub = hub
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._connections_lock = threading.Lock()

@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pytest_neuronsupport.minihub.repos import (
     GITATTRIBUTES,
@@ -26,9 +27,7 @@ from pytest_neuronsupport.minihub.repos import (
     _is_lfs,
     _Repo,
 )
-
-if TYPE_CHECKING:
-    from pytest_neuronsupport.minihub import MiniHub
+from pytest_neuronsupport.minihub.state import HubState
 
 LFS_CONTENT_TYPE = "application/vnd.git-lfs+json"
 
@@ -48,7 +47,7 @@ class _Reply(Exception):
 
 @dataclass(frozen=True)
 class _Request:
-    hub: MiniHub
+    hub: HubState
     body: bytes
     authorization: str | None
 
@@ -57,6 +56,31 @@ class _Request:
             return json.loads(self.body or b"{}")
         except ValueError:
             raise _Reply(400, "Invalid JSON body", "BadRequest") from None
+
+
+class Served(Protocol):
+    """The server a request handler belongs to: the hub it serves."""
+
+    hub: HubState
+
+
+class Handler(Protocol):
+    """What a route of the hub asks of the request handler
+    (:class:`~pytest_neuronsupport.minihub.server._Handler`)."""
+
+    path: str
+
+    @property
+    def server(self) -> Served: ...
+    def _request(self) -> _Request: ...
+    def _authorized(self) -> bool: ...
+    def _next_url(self, query: list[tuple[str, str]], offset: int) -> str: ...
+    def _send_json(
+        self, value: Any, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> None: ...
+    def send_response(self, code: int, message: str | None = None) -> None: ...
+    def send_header(self, keyword: str, value: str) -> None: ...
+    def end_headers(self) -> None: ...
 
 
 def authorize(request: _Request, namespace: str, what: str, *, write: bool = True) -> str:
@@ -78,7 +102,7 @@ def authorize(request: _Request, namespace: str, what: str, *, write: bool = Tru
     return user
 
 
-def _known_namespace(hub: MiniHub, namespace: str) -> bool:
+def _known_namespace(hub: HubState, namespace: str) -> bool:
     return namespace in hub._users or any(namespace in orgs for orgs in hub._users.values())
 
 
@@ -170,7 +194,7 @@ def preupload(request: _Request, repo: _Repo, revision: str) -> dict[str, Any]:
     return {"files": answer, "commitOid": repo.head.sha}
 
 
-def _lfs_known(hub: MiniHub, oid: str) -> bytes | None:
+def _lfs_known(hub: HubState, oid: str) -> bytes | None:
     if oid in hub._lfs:
         return hub._lfs[oid]
     for repos in hub._repos_of.values():
@@ -267,7 +291,7 @@ def commit(request: _Request, repo: _Repo, revision: str, create_pr: bool) -> di
     return {"success": True, "commitOid": made.sha, "commitUrl": url, "pullRequestUrl": None}
 
 
-def _apply(hub: MiniHub, files: dict[str, bytes], key: str, value: dict[str, Any]) -> None:
+def _apply(hub: HubState, files: dict[str, bytes], key: str, value: dict[str, Any]) -> None:
     path = str(value.get("path", "")).strip("/")
     if not path:
         raise _Reply(400, f"A {key} line without a path", "BadRequest")
