@@ -1,4 +1,6 @@
-"""The tables of the results, by name: what a journal line's ``table`` names.
+"""The tables of the results, by name: what a journal line's ``table`` names (``support`` in
+``data/``, ``train/``, ``perf/``, and ``bisect/``, where bisections record which release broke a
+model).
 
 Each is a :class:`~pytest_neuronsupport.dataset.table.Table` (a folder under ``<results>``, a
 schema and a key). A journal line without a ``table`` is a support row (journals written
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from pytest_neuronsupport.dataset.bisect import BISECT
 from pytest_neuronsupport.dataset.layout import RESERVED
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.support import SUPPORT
@@ -19,7 +22,7 @@ from pytest_neuronsupport.dataset.train import TRAIN
 
 __all__ = ["TABLES", "register", "table_named"]
 
-TABLES: Final[dict[str, Table]] = {table.name: table for table in (SUPPORT, TRAIN, PERF)}
+TABLES: Final[dict[str, Table]] = {table.name: table for table in (SUPPORT, TRAIN, PERF, BISECT)}
 
 
 def table_named(name: object) -> Table:

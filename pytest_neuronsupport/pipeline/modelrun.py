@@ -75,6 +75,9 @@ class ScriptRun:
     #: Whether its CPU reference, where the run computes it, holds float64 beside fp32 (as its
     #: script was rendered): the host memory that computation holds.
     reference_fp64: bool = True
+    #: Folders made already that it imports from before the environment and its ``needs``
+    #: (a bisection's candidate: :mod:`pytest_neuronsupport.bisect.environments`).
+    overlays: tuple[Path, ...] = ()
 
     @property
     def names(self) -> tuple[str, str]:
@@ -90,24 +93,26 @@ def run_script(sweep: Sweep, run: ScriptRun) -> Outcome:
     s = sweep.settings
     run.script.parent.mkdir(parents=True, exist_ok=True)
     run.script.write_text(run.text, encoding="utf-8")
-    overlay = packages.overlay(run.needs, s.cache, s.timeout_s) if run.needs else None
+    overlays = run.overlays
+    if run.needs:
+        overlays = (*overlays, packages.overlay(run.needs, s.cache, s.timeout_s))
     env, before = dict(run.env), None
     if run.reference is not None:
         run.reference.parent.mkdir(parents=True, exist_ok=True)
         env[REFERENCE_ENV] = str(run.reference)
         if not run.reference.is_file():
-            before = reference_pass(sweep, run, overlay)
+            before = reference_pass(sweep, run, overlays)
             env.update(told(before))
     names, timeout_s = run.names, run.timeout_s
     host = host_bytes(run.weight_bytes, s.dtype, reference_dtype(run))  # one it computes too
     outcome = sweep.run_isolated(
-        run.script, run.cores, overlay, timeout_s, env, names, run.defaults, run.step, host
+        run.script, run.cores, overlays, timeout_s, env, names, run.defaults, run.step, host
     )
     verdict = timed(outcome.verdict, s.device, before)
     return replace(outcome, verdict=verdict, core_s=round(run.cores * outcome.wall_s, 3))
 
 
-def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcome:
+def reference_pass(sweep: Sweep, run: ScriptRun, overlays: tuple[Path, ...]) -> Outcome:
     """The script run for its CPU reference only, in a process that holds no core and sees no
     device (its verdict says ``reference_only``; a runner that ignores the pass fails it or
     says otherwise, and the leased run computes its reference as before)."""
@@ -115,7 +120,7 @@ def reference_pass(sweep: Sweep, run: ScriptRun, overlay: Path | None) -> Outcom
     env.update(sweep.settings.device.reference_env(run.cores, sweep.settings.at_once))
     stem = f"{run.script.stem}-reference"
     host = host_bytes(run.weight_bytes, None, reference_dtype(run))
-    return sweep.run_unleased(run.script, overlay, env, (f"{stem}.json", f"{stem}.log"), host)
+    return sweep.run_unleased(run.script, overlays, env, (f"{stem}.json", f"{stem}.log"), host)
 
 
 def reference_dtype(run: ScriptRun) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import cached_property, partial
@@ -209,7 +209,7 @@ class Sweep:
         self,
         script: Path,
         cores: int,
-        overlay: Path | None = None,
+        overlays: Sequence[Path] = (),
         timeout_s: float | None = None,
         env: Mapping[str, str] | None = None,
         names: tuple[str, str] = ("verdict.json", "output.log"),
@@ -219,10 +219,11 @@ class Sweep:
     ) -> Outcome:
         """Lease ``cores``, run ``script`` isolated and pinned, and wait for it: the sweep's
         environment over ``defaults``, the device's, then ``env``; its verdict and log in
-        ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlay``: a folder
-        of packages imported before the environment's; ``step``: what the status says it runs
-        (a benchmark's configuration...), before the run's own phase; ``host_bytes``: the host
-        memory it needs (:func:`.leases.host_bytes`), held first (None: not gated). Only
+        ``names`` beside it; ``timeout_s``: the sweep's own unless given; ``overlays``:
+        folders of packages imported before the environment's, the first first; ``step``: what
+        the status says it runs (a benchmark's configuration...), before the run's own phase;
+        ``host_bytes``: the host memory it needs (:func:`.leases.host_bytes`), held first
+        (None: not gated). Only
         :func:`~pytest_neuronsupport.pipeline.modelrun.run_script` calls it."""
         s = self.settings
         environment = self.environment(defaults, env or {})
@@ -235,7 +236,7 @@ class Sweep:
                 log.unlink(missing_ok=True)  # the last run's: its phase marks are not this one's
                 self.phases.mark(step, log=log)
                 environment.update(s.device.lease_env(lease.cores, s.at_once))
-                request = self.request(script, environment, names, timeout_s, overlay)
+                request = self.request(script, environment, names, timeout_s, overlays)
                 request = replace(request, cpus=s.device.cpus(lease.cores))
 
                 def started(pid: int) -> None:
@@ -247,7 +248,7 @@ class Sweep:
     def run_unleased(
         self,
         script: Path,
-        overlay: Path | None,
+        overlays: Sequence[Path],
         env: Mapping[str, str],
         names: tuple[str, str],
         host_bytes: int | None = None,
@@ -260,7 +261,7 @@ class Sweep:
         (script.parent / names[1]).unlink(missing_ok=True)
         with self.memory_held(host_bytes, step) as held:
             self.phases.mark(step)
-            request = self.request(script, environment, names, None, overlay)
+            request = self.request(script, environment, names, None, overlays)
             return self.executor.run(request, started=partial(self.holds_memory, held))
 
     @contextmanager
@@ -284,7 +285,7 @@ class Sweep:
         environment: dict[str, str],
         names: tuple[str, str],
         timeout_s: float | None,
-        overlay: Path | None,
+        overlays: Sequence[Path],
     ) -> RunRequest:
         """The isolated run of ``script`` (not pinned), its verdict and log in ``names``."""
         s = self.settings
@@ -297,6 +298,6 @@ class Sweep:
             log_path=script.parent / names[1],
             timeout_s=timeout_s or s.timeout_s,
             max_memory_gb=s.max_memory_gb,
-            python_path=() if overlay is None else (overlay,),
+            python_path=tuple(overlays),
             stop=self.stopping,
         )
