@@ -24,7 +24,7 @@ from typing import Any, Final
 from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.bisect.environments import same_version
-from pytest_neuronsupport.dataset.schema import STACK_COLUMNS
+from pytest_neuronsupport.dataset.table import STACK_COLUMNS
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.lookup import latest_rows, pairs

@@ -32,7 +32,7 @@ from pytest_neuronsupport.bisect.search import Place, most_runs, search
 from pytest_neuronsupport.bisect.trial import Trial, candidate_script, run_trial, with_checkpoint
 from pytest_neuronsupport.dataset import layout
 from pytest_neuronsupport.dataset.durable import atomic_write_text
-from pytest_neuronsupport.dataset.schema import STACK_COLUMNS
+from pytest_neuronsupport.dataset.table import STACK_COLUMNS
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.sweep import Sweep
 

@@ -3,7 +3,7 @@
 ``<results>/bisect/<compiler>-<version>/<library>-<version>.parquet``, in the pair of the
 failure bisected, one row per model and package bisected (its key; a compiler bisection's
 package is the compiler, ``inductor``...), written through the same journal and merge as the
-support dataset (:data:`~pytest_neuronsupport.dataset.schema.SUPPORT`) by ``neuronsupport
+support dataset (:data:`~pytest_neuronsupport.dataset.support.SUPPORT`) by ``neuronsupport
 bisect`` and by a sweep with ``--neuron-bisect``. ``lookup``, ``failures`` and the page read it
 (:mod:`pytest_neuronsupport.views.bisections`).
 """
@@ -15,7 +15,7 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import BISECT_DATA
-from pytest_neuronsupport.dataset.schema import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["BISECT", "BISECT_COLUMN_DOCS", "BISECT_SCHEMA"]
 
