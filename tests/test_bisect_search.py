@@ -112,3 +112,10 @@ def test_the_progress_says_what_is_left() -> None:
     steps = [place for _, place in run.places if place.kind == "step"]
     assert steps[0].left == 7 and steps[0].most == 3  # 8 between, this one decided
     assert [p.run for _, p in run.places] == list(range(1, len(run.places) + 1))
+
+
+def test_skips_run_nothing_and_cost_no_budget() -> None:
+    found = search(6, Candidates([G, S, S, S, S, B]), max_runs=4)
+    assert found.skips == 4
+    assert found.runs == 2  # the two ends
+    assert found.status is Status.RANGE and found.between == [1, 2, 3, 4]

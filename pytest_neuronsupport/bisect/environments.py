@@ -73,6 +73,15 @@ class Environment:
     pins: tuple[str, ...] = ()
     #: Why it cannot be tried (pip's reason, the import's error): a skip; None: it can.
     skip: str | None = None
+    #: Its overlay was there already (made by an earlier bisection).
+    cached: bool = False
+
+    @property
+    def said(self) -> str:
+        """Where it comes from, in a few words."""
+        if self.folder is None:
+            return "the environment's own"
+        return f"{'cached' if self.cached else 'made'} in {self.folder}"
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -124,9 +133,10 @@ def candidate(
             manifest["skip"] = import_problem(package, version, building)
         (building / packages.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
 
+    cached = final.is_dir()
     folder = built_once(final, made)
     manifest = json.loads((folder / packages.MANIFEST).read_text("utf-8"))
-    return Environment(package, version, folder, tuple(pins), manifest.get("skip"))
+    return Environment(package, version, folder, tuple(pins), manifest.get("skip"), cached)
 
 
 def import_problem(package: str, version: str, folder: Path) -> str | None:

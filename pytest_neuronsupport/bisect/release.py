@@ -85,6 +85,7 @@ def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = 
         version = candidates[index]
         say(progress(ends.package, version, place, candidates))
         environment = environments.candidate(ends.package, version, s.cache, ends.pins)
+        say(f"    its environment: {environment.said}")
         if environment.skip is not None:
             tried = Trial(version, Outcome.SKIP, environment=environment, why=environment.skip)
         else:

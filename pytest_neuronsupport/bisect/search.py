@@ -13,7 +13,7 @@ ends takes at most ``ceil(log2(n + 1))`` runs after the two ends.
 Last, the boundary pair runs once more (as transformers' ``check_bad_commit.py`` re-runs to tell
 a flaky test from a broken one): a run that disagrees with its first is reported as flaky, and
 the answer is not given as found. ``max_runs`` bounds every run, the re-runs included: a search
-that reaches it stops with the range it narrowed.
+that reaches it stops with the range it narrowed; a skip runs nothing, and costs none of it.
 
 The search knows nothing of packages or models: ``evaluate(index, place)`` runs a candidate and
 says its :class:`~pytest_neuronsupport.bisect.outcomes.Outcome`.
@@ -52,7 +52,7 @@ class Place:
 
     #: ``bad end``, ``good end``, ``step`` or ``confirm``.
     kind: str
-    #: The run's number, from 1 (the bad end), re-runs included.
+    #: The attempt's number, from 1 (the bad end), skips and re-runs included.
     run: int
     #: The candidates still to decide between the last good and the first bad, and the most
     #: runs binary search needs for them.
@@ -91,8 +91,14 @@ class Found:
 
     @property
     def runs(self) -> int:
-        """The search's runs: the two ends and the steps between (re-runs apart)."""
-        return sum(t.place.kind != "confirm" for t in self.tried)
+        """The search's runs of the model: the two ends and the steps (skips, which run
+        nothing, and the boundary's re-runs apart)."""
+        return sum(t.place.kind != "confirm" and t.outcome is not Outcome.SKIP for t in self.tried)
+
+    @property
+    def skips(self) -> int:
+        """Candidates that could not be tried."""
+        return sum(t.outcome is Outcome.SKIP for t in self.tried)
 
     @property
     def confirm_runs(self) -> int:
@@ -138,8 +144,10 @@ class _Search:
         return sum(1 for i in range(self.low + 1, self.high) if i not in self.aside)
 
     def run(self, index: int, kind: str) -> Outcome | None:
-        """Run one candidate; None: the budget is spent."""
-        if self.max_runs is not None and len(self.found.tried) >= self.max_runs:
+        """Run one candidate; None: the budget is spent (skips, which run nothing, cost none
+        of it)."""
+        spent = self.found.runs + self.found.confirm_runs
+        if self.max_runs is not None and spent >= self.max_runs:
             return None
         left = self.left() - (kind == "step")
         place = Place(kind, len(self.found.tried) + 1, left, most_runs(left), self.low, self.high)
@@ -173,7 +181,8 @@ def search(
         outcome = s.run(pick, "step")
         if outcome is None:
             s.found.last_good, s.found.first_bad = s.low, s.high
-            return s.stop(Status.BUDGET, f"stopped after {len(s.found.tried)} runs")
+            spent = s.found.runs + s.found.confirm_runs
+            return s.stop(Status.BUDGET, f"stopped after {spent} runs")
         if outcome is Outcome.GOOD:
             s.low = pick
         elif outcome is Outcome.BAD or (outcome is Outcome.OTHERWISE and otherwise_bad):

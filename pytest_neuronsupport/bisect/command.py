@@ -1,0 +1,162 @@
+"""``neuronsupport bisect``: a model's bisection, asked from the command line.
+
+:func:`bisect_command` is what the command runs (its arguments are the command table's): it
+finds the ends in the dataset (:mod:`.ends`), makes a sweep's services to run the model's script
+with (:func:`standalone_sweep`: the device, backend and dtype of the model's row, the cache and
+the leases every sweep of this machine uses), bisects across the package's releases
+(:mod:`.release`) or inside the compiler (:mod:`.compiler`), prints the one-screen answer (or
+the JSON report) while progress goes to stderr, and records the row in the results' ``bisect/``
+table (:func:`record`). Its exit status: 0 when it found where the model broke, 1 when it did
+not (an end that does not hold, a flaky boundary, the budget spent), 2 when it cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_neuronsupport import devices, faults
+from pytest_neuronsupport.bisect import compiler
+from pytest_neuronsupport.bisect.ends import EndsError, find_ends, model_rows
+from pytest_neuronsupport.bisect.release import Search, bisect_release
+from pytest_neuronsupport.bisect.search import ANSWERED
+from pytest_neuronsupport.dataset.bisect import BISECT
+from pytest_neuronsupport.dataset.journal import Journal
+from pytest_neuronsupport.dataset.merge import merge_journals
+from pytest_neuronsupport.options import declared
+from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.settings import Settings
+from pytest_neuronsupport.stack import LIBRARY, installed_stack
+
+#: What a bisection row takes from the row of the failure it bisects.
+BASE_COLUMNS = ("library", "device", "backend", "compiler", "compiler_version")
+
+
+class BisectError(ValueError):
+    """A bisection that cannot run; the message says why (the command's exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the command was asked."""
+
+    model: str
+    results: Path
+    cache: Path
+    package: str | None = None
+    good: str | None = None
+    bad: str | None = None
+    compiler: bool = False
+    otherwise_bad: bool = False
+    max_runs: int | None = None
+    fmt: str = "text"
+    device: str = "auto"
+    timeout_s: float = declared("timeout")
+    isolation: str = declared("isolation")
+    leases: Path | None = None
+    #: Where runs start: a backend of one's own is imported from there.
+    workdir: Path = Path()
+
+
+def standalone_sweep(asked: Asked, row: Mapping[str, Any]) -> Sweep:
+    """A sweep's services for runs outside a sweep: the device, backend and dtype of ``row``
+    (the model's), the command's cache, timeout and isolation, this machine's leases."""
+    name = asked.device if asked.device != "auto" else str(row.get("device") or "auto")
+    try:
+        device = devices.resolve(name)
+    except ValueError as exc:
+        raise BisectError(str(exc)) from None
+    settings = Settings(
+        lists=(),
+        device=device,
+        backend=str(row.get("backend") or device.default_backend),
+        dtype=str(row.get("dtype") or device.default_dtype),
+        results=asked.results,
+        cache=asked.cache,
+        timeout_s=asked.timeout_s,
+        workdir=asked.workdir.resolve(),
+        isolation=asked.isolation,
+        judge=None,
+        leases=asked.leases or declared("leases"),
+    )
+    sweep_id = f"bisect-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return Sweep(settings, Runners.builtin(), installed_stack(), sweep_id)
+
+
+def record(results: Path, pair: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Journal ``rows`` of the ``bisect/`` table for ``pair``, then merge them in."""
+    with Journal(results) as journal:
+        for row in rows:
+            journal.append(pair, row, BISECT)
+    merge_journals(results, include=[journal.path])
+
+
+def base_of(row: Mapping[str, Any] | None, sweep: Sweep) -> dict[str, Any]:
+    """The run fields of a bisection's row: its failure's row's, else this sweep's."""
+    if row is not None:
+        return {k: row.get(k) for k in BASE_COLUMNS}
+    compiler_name, version = sweep.compiler
+    s = sweep.settings
+    return {
+        "library": LIBRARY,
+        "device": s.device.name,
+        "backend": s.backend,
+        "compiler": compiler_name,
+        "compiler_version": version,
+    }
+
+
+def stderr_say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def bisect_command(
+    asked: Asked, out: TextIO = sys.stdout, say: Callable[[str], None] = stderr_say
+) -> int:
+    """Run the bisection ``asked`` (the module's docstring); its exit status.
+
+    Raises:
+        BisectError: it cannot run (no such rows, no such versions, an index out of reach).
+    """
+    try:
+        if asked.compiler:
+            return _compiler(asked, out, say)
+        if not asked.package:
+            raise BisectError("say what to bisect: --package NAME, or --compiler")
+        ends = find_ends(asked.results, asked.model, asked.package, asked.good, asked.bad)
+        sweep = standalone_sweep(asked, ends.bad_row or ends.good_row or _newest(asked))
+        how = Search(asked.otherwise_bad, asked.max_runs)
+        report = bisect_release(sweep, ends, how, say)
+    except (EndsError, compiler.CompilerError, faults.Fault) as exc:
+        raise BisectError(str(exc)) from None
+    record(asked.results, ends.pair, [report.row(sweep.stack, base_of(ends.bad_row, sweep))])
+    if asked.fmt == "json":
+        out.write(json.dumps(report.to_json(), indent=1, default=str) + "\n")
+    else:
+        out.write("\n".join(report.lines()) + "\n")
+    return 0 if report.found.status in ANSWERED and not report.found.flaky else 1
+
+
+def _newest(asked: Asked) -> dict[str, Any]:
+    rows = model_rows(asked.results, asked.model)
+    return max((row for _, row in rows), key=lambda r: str(r.get("tested_at")), default={})
+
+
+def _compiler(asked: Asked, out: TextIO, say: Callable[[str], None]) -> int:
+    """``--compiler``: the model's failing row, narrowed inside its compiler."""
+    pair, row = compiler.failing_row(asked.results, asked.model)
+    sweep = standalone_sweep(asked, row)
+    report = compiler.bisect_compiler(sweep, pair, row, say)
+    record(asked.results, pair, [report.row(sweep.stack, base_of(row, sweep))])
+    if asked.fmt == "json":
+        out.write(json.dumps(report.to_json(), indent=1, default=str) + "\n")
+    else:
+        out.write("\n".join(report.lines()) + "\n")
+    return 0 if report.found else 1
