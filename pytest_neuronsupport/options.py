@@ -241,6 +241,30 @@ OPTIONS: tuple[Option, ...] = (
         kind="flag",
     ),
     Option(
+        "bisect",
+        "after the sweep, bisect each model that newly fails (it PASSed in the baseline, or "
+        "without one in the dataset's previous pair) across the releases of the package that "
+        "moved: which release broke it (rows in <results>/bisect; `neuronsupport bisect` does "
+        "one model)",
+        kind="flag",
+    ),
+    Option(
+        "bisect-max-runs",
+        "the most runs of models all of a sweep's bisections take, both ends and the re-run "
+        "boundaries included; a model it does not reach is not bisected",
+        "N",
+        kind="int",
+        default=50,
+    ),
+    Option(
+        "bisect-package",
+        "the package --neuron-bisect bisects and its good version, NAME==VERSION (NAME alone "
+        "for the library or the compiler's package, at the version the compared pair names)",
+        "NAME[==GOOD]",
+        described="the library (transformers) where the compared pair names another version of "
+        "it, else the compiler's package (torch, neuronx-cc)",
+    ),
+    Option(
         "require-check",
         "a PASS whose output was compared with nothing (checked_by none: no CPU reference, no "
         "judge) fails the session; its test and row stay PASS",

@@ -90,6 +90,8 @@ class SweepSession:
     comparison: Comparison | None = None
     #: The unchecked PASS models that fail the session (``--neuron-require-check``).
     unchecked_failing: list[str] = field(default_factory=list)
+    #: What ``--neuron-bisect`` found, a line per model (the summary's).
+    bisections: list[str] = field(default_factory=list)
     #: Downloads the models to come while others run (controller only): ``--neuron-prefetch-gb``.
     prefetcher: prefetch.Prefetcher | None = None
     #: The compile cache shared through a bucket (controller only): ``--neuron-compile-cache``.
@@ -230,6 +232,8 @@ class SweepSession:
 
     def finish(self, session: pytest.Session) -> None:
         assert self.journal is not None
+        if self.settings.bisect:  # its rows go through this sweep's journal
+            self.bisect_new_failures()
         path = self.journal.path
         self.journal.close()
         self.journal = None
@@ -254,6 +258,24 @@ class SweepSession:
             unchecked_failing=self.unchecked_failing,
             comparison=self.comparison,
         )
+
+    def bisect_new_failures(self) -> None:
+        """``--neuron-bisect``: each model that newly fails, bisected across the releases of
+        the package that moved (:mod:`pytest_neuronsupport.bisect.aftersweep`); its row
+        published and journaled as a mode's are, its line kept for the summary."""
+        from pytest_neuronsupport.bisect.aftersweep import bisect_new_failures
+        from pytest_neuronsupport.dataset.bisect import BISECT
+        from pytest_neuronsupport.dataset.table import row_to_json
+
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        say = terminal.write_line if terminal is not None else print
+        found = bisect_new_failures(self.sweep, self.covered(), self.baseline, say)
+        for made in found.rows:
+            row = row_to_json(made, BISECT)  # validated once, as a mode's rows are
+            self.store.publish(self.sweep.sweep_id, self.sweep.pair, BISECT, row)
+            assert self.journal is not None
+            self.journal.append(self.sweep.pair, row, BISECT, validated=True)
+        self.bisections = found.lines
 
     # --- the order models start in, and the order they are reported in -----------------------
 
@@ -380,7 +402,7 @@ class SweepSession:
                 if mode.table.name in self.rows
             ],
             problems=self.problems,
-            notes=[*self.hub_cache.notes(), *self.cache_notes],
+            notes=[*self.hub_cache.notes(), *self.cache_notes, *self.bisections],
             baseline=s.baseline_uri or s.baseline,
             comparison=self.comparison,
             pair_name=self.sweep.pair.removesuffix(".parquet"),

@@ -63,6 +63,11 @@ class Settings:
     baseline_allow_improvements: bool = declared("baseline-allow-improvements")
     #: An unchecked PASS fails the session (``--neuron-require-check``).
     require_check: bool = declared("require-check")
+    #: After the sweep, bisect each model that newly fails (:mod:`pytest_neuronsupport.bisect.
+    #: aftersweep`), within this many runs; the package (and its good version) if given.
+    bisect: bool = declared("bisect")
+    bisect_max_runs: int = declared("bisect-max-runs")
+    bisect_package: str | None = declared("bisect-package")
     #: The shared dataset (``s3://...``, ``hf://datasets/...``) that ``results``, then a local
     #: copy, stands for.
     shared: str | None = None
@@ -221,6 +226,9 @@ def settings_from(config: pytest.Config) -> Settings:
         baseline_uri=hub_baseline,
         baseline_allow_improvements=get("baseline-allow-improvements"),
         require_check=get("require-check"),
+        bisect=get("bisect"),
+        bisect_max_runs=get("bisect-max-runs"),
+        bisect_package=get("bisect-package"),
         shard=shard,
         leases=get("leases"),
         workers=xdist.worker_count(config),

@@ -12,6 +12,7 @@ not (an end that does not hold, a flaky boundary, the budget spent), 2 when it c
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -21,22 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_neuronsupport import devices, faults
+from pytest_neuronsupport import devices, faults, options
 from pytest_neuronsupport.bisect import compiler
 from pytest_neuronsupport.bisect.ends import EndsError, find_ends, model_rows
-from pytest_neuronsupport.bisect.release import Search, bisect_release
+from pytest_neuronsupport.bisect.release import Search, base_of, bisect_release
 from pytest_neuronsupport.bisect.search import ANSWERED
 from pytest_neuronsupport.dataset.bisect import BISECT
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.merge import merge_journals
-from pytest_neuronsupport.options import declared
 from pytest_neuronsupport.pipeline.sweep import Sweep
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.settings import Settings
-from pytest_neuronsupport.stack import LIBRARY, installed_stack
-
-#: What a bisection row takes from the row of the failure it bisects.
-BASE_COLUMNS = ("library", "device", "backend", "compiler", "compiler_version")
+from pytest_neuronsupport.stack import installed_stack
 
 
 class BisectError(ValueError):
@@ -54,12 +51,14 @@ class Asked:
     good: str | None = None
     bad: str | None = None
     compiler: bool = False
+    #: How ``compiler`` narrows: :data:`~pytest_neuronsupport.bisect.compiler.METHODS`.
+    method: str = "auto"
     otherwise_bad: bool = False
     max_runs: int | None = None
     fmt: str = "text"
     device: str = "auto"
-    timeout_s: float = declared("timeout")
-    isolation: str = declared("isolation")
+    timeout_s: float = options.declared("timeout")
+    isolation: str = options.declared("isolation")
     leases: Path | None = None
     #: Where runs start: a backend of one's own is imported from there.
     workdir: Path = Path()
@@ -84,7 +83,7 @@ def standalone_sweep(asked: Asked, row: Mapping[str, Any]) -> Sweep:
         workdir=asked.workdir.resolve(),
         isolation=asked.isolation,
         judge=None,
-        leases=asked.leases or declared("leases"),
+        leases=asked.leases or options.declared("leases"),
     )
     sweep_id = f"bisect-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     return Sweep(settings, Runners.builtin(), installed_stack(), sweep_id)
@@ -96,21 +95,6 @@ def record(results: Path, pair: str, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
             journal.append(pair, row, BISECT)
     merge_journals(results, include=[journal.path])
-
-
-def base_of(row: Mapping[str, Any] | None, sweep: Sweep) -> dict[str, Any]:
-    """The run fields of a bisection's row: its failure's row's, else this sweep's."""
-    if row is not None:
-        return {k: row.get(k) for k in BASE_COLUMNS}
-    compiler_name, version = sweep.compiler
-    s = sweep.settings
-    return {
-        "library": LIBRARY,
-        "device": s.device.name,
-        "backend": s.backend,
-        "compiler": compiler_name,
-        "compiler_version": version,
-    }
 
 
 def stderr_say(line: str) -> None:
@@ -153,10 +137,75 @@ def _compiler(asked: Asked, out: TextIO, say: Callable[[str], None]) -> int:
     """``--compiler``: the model's failing row, narrowed inside its compiler."""
     pair, row = compiler.failing_row(asked.results, asked.model)
     sweep = standalone_sweep(asked, row)
-    report = compiler.bisect_compiler(sweep, pair, row, say)
+    report = compiler.bisect_compiler(sweep, pair, row, say, asked.method)
     record(asked.results, pair, [report.row(sweep.stack, base_of(row, sweep))])
     if asked.fmt == "json":
         out.write(json.dumps(report.to_json(), indent=1, default=str) + "\n")
     else:
         out.write("\n".join(report.lines()) + "\n")
     return 0 if report.found else 1
+
+
+#: The sweep's options the command takes, as ``--<name>`` (the option table's).
+OPTIONS = ("results", "cache", "device", "timeout", "isolation", "leases", "bisect-max-runs")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments (its parser is the command table's)."""
+    parser.add_argument("model", metavar="MODEL", help="the model's id, as its rows have it")
+    parser.add_argument(
+        "--package",
+        metavar="NAME",
+        help="the package whose releases to bisect (transformers, accelerate, torch...)",
+    )
+    parser.add_argument(
+        "--good",
+        metavar="VERSION",
+        help="a version where the model passed (default: the newest whose row PASSed)",
+    )
+    parser.add_argument(
+        "--bad",
+        metavar="VERSION",
+        help="a later version where it fails (default: the oldest such row after the good one)",
+    )
+    parser.add_argument(
+        "--compiler",
+        action="store_true",
+        help="narrow its newest failing row inside the compiler instead: PyTorch's "
+        "CompilerBisector on inductor (stage, subsystem, application), the minifier on Neuron",
+    )
+    parser.add_argument(
+        "--compiler-method",
+        choices=compiler.METHODS,
+        default="auto",
+        help="with --compiler: auto (the minifier on Neuron, else the bisector), or either",
+    )
+    parser.add_argument(
+        "--otherwise-bad",
+        action="store_true",
+        help="a failure of another kind than the bad end's counts as bad (default: set aside)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    options.add_options(parser.add_argument, OPTIONS, prefix="--", defaults=True)
+
+
+def asked_from(args: argparse.Namespace) -> Asked:
+    """What the parsed arguments ask."""
+    return Asked(
+        model=args.model,
+        results=Path(args.results).resolve(),
+        cache=Path(args.cache).resolve(),
+        package=args.package,
+        good=args.good,
+        bad=args.bad,
+        compiler=args.compiler,
+        method=args.compiler_method,
+        otherwise_bad=args.otherwise_bad,
+        max_runs=int(args.bisect_max_runs),
+        fmt=args.format,
+        device=args.device,
+        timeout_s=float(args.timeout),
+        isolation=args.isolation,
+        leases=Path(args.leases).resolve(),
+        workdir=Path.cwd(),
+    )

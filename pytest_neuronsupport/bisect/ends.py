@@ -60,6 +60,8 @@ class Ends:
     #: How the ends were chosen, and what differs from the good end's stack that no overlay
     #: moves.
     said: tuple[str, ...] = field(default=())
+    #: The row whose script runs (what the model is: its architecture, its type).
+    source: dict[str, Any] | None = None
 
 
 def column_of(package: str) -> str:
@@ -237,6 +239,7 @@ def _ends(
         int(source[1].get("neuron_cores") or 1),
         pins,
         tuple([*said, *differences]),
+        source[1],
     )
 
 

@@ -18,7 +18,7 @@ import ast
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,11 +35,14 @@ from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.table import STACK_COLUMNS
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.sweep import Sweep
+from pytest_neuronsupport.stack import LIBRARY
 
 #: Says a line of progress.
 Say = Callable[[str], None]
 #: Where a bisection's candidates run, under the model's run folder.
 FOLDER = "bisect"
+#: What a bisection row takes from the row of the failure it bisects.
+BASE_COLUMNS = ("library", "device", "backend", "compiler", "compiler_version")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = 
     report = Report(
         ends.model_id, ends.package, ends.good, ends.bad, tuple(candidates), found, trials,
         started, time.monotonic() - t0, ends.pair, folder, context(ends, text, target),
+        (ends.bad_row or {}).get("result"),
     )  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / REPORT, json.dumps(report.to_json(), indent=1, default=str) + "\n")
@@ -142,7 +146,7 @@ def context(ends: Ends, script: str, target: list[Signature]) -> dict[str, Any]:
     """What a reader needs beside the answer: the model (its architecture, model type and the
     flags of its checkpoint's config), how the ends were chosen, whether the bad end failed
     the way its row recorded."""
-    row = ends.bad_row or ends.good_row or {}
+    row = ends.bad_row or ends.good_row or ends.source or {}
     said = list(ends.said)
     recorded = signature(ends.bad_row) if ends.bad_row else None
     if recorded is not None and target and recorded != target[0]:
@@ -166,3 +170,18 @@ def checkpoint_config(script: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
+
+
+def base_of(row: Mapping[str, Any] | None, sweep: Sweep) -> dict[str, Any]:
+    """The run fields of a bisection's row: its failure's row's, else this sweep's."""
+    if row is not None:
+        return {k: row.get(k) for k in BASE_COLUMNS}
+    compiler_name, version = sweep.compiler
+    s = sweep.settings
+    return {
+        "library": LIBRARY,
+        "device": s.device.name,
+        "backend": s.backend,
+        "compiler": compiler_name,
+        "compiler_version": version,
+    }

@@ -23,7 +23,7 @@ from typing import Any, Final
 from pytest_neuronsupport.bisect.search import ANSWERED, Found, Status, most_runs
 from pytest_neuronsupport.bisect.trial import Trial
 from pytest_neuronsupport.dataset.bisect import BISECT
-from pytest_neuronsupport.runners.lib.protocol import first_line
+from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 
 #: The report's file, beside the candidates' folders.
 REPORT: Final = "bisect.json"
@@ -49,6 +49,8 @@ class Report:
     folder: Path | None = None
     #: The model's architecture, model type and config flags; how the ends were chosen.
     context: dict[str, Any] = field(default_factory=dict)
+    #: The bad end's recorded result (the row's result where no run says one).
+    recorded: str | None = None
 
     # --- the answer ---------------------------------------------------------------------------
 
@@ -102,13 +104,13 @@ class Report:
         if self.found.status in ANSWERED and self.last_good:
             head += f"; last passing {self.package} {self.last_good}"
         between = max(0, len(self.candidates) - 2)
+        f = self.found
         lines = [
             head,
-            f"  {len(self.candidates)} releases of {self.package} from {self.good} (good) to "
-            f"{self.bad} (bad), {between} between: {self.found.runs} runs (the 2 ends and "
-            f"{max(0, self.found.runs - 2)} steps; binary search needs at most "
-            f"{most_runs(between)} steps), {self.found.confirm_runs} more to run the boundary "
-            "again",
+            f"  searched {len(self.candidates)} releases of {self.package} from {self.good} "
+            f"(good) to {self.bad} (bad), {between} between: {_count(f.runs, 'run')} (binary "
+            f"search needs the 2 ends and at most {_count(most_runs(between), 'step')}), "
+            f"{_count(f.skips, 'skip')}, {_count(f.confirm_runs, 're-run')} of the boundary",
         ]
         if self.first_bad_range:
             undecided = ", ".join(self.first_bad_range[:-1])
@@ -167,6 +169,16 @@ class Report:
             "wall_s": round(self.wall_s, 3),
         }
 
+    @property
+    def result(self) -> str:
+        """The result of the failure bisected: the first failing's run, else the bad end's,
+        else its recorded row's."""
+        bad_end = next((t for t in self.trials if t.version == self.bad and t.script), None)
+        for trial in (self.at(self.found.first_bad), bad_end):
+            if trial is not None and trial.fields.get("result"):
+                return str(trial.fields["result"])
+        return self.recorded or Result.FAIL_OTHER
+
     def places(self) -> list[str]:
         """Each trial's place in the search (``bad end``, ``step``...), in order."""
         return [t.place.kind for t in self.found.tried]
@@ -193,7 +205,7 @@ class Report:
             "runs": self.found.runs,
             "confirm_runs": self.found.confirm_runs,
             "tried": [f"{t.version} {t.outcome}" for t in self.trials],
-            "result_bad": None if first is None else first.fields.get("result"),
+            "result": self.result,
             "error_bad": None if first is None else first.error or None,
             "signature": None if signature is None else signature.text,
             "result_good": None if last is None else last.fields.get("result"),
@@ -206,6 +218,10 @@ class Report:
             "wall_s": round(self.wall_s, 3),
             "tested_at": self.started,
         }
+
+
+def _count(number: int, what: str) -> str:
+    return f"{number} {what}{'' if number == 1 else 's'}"
 
 
 def _text(trial: Trial | None) -> str | None:
@@ -258,7 +274,8 @@ def context_lines(context: Mapping[str, Any]) -> list[str]:
 def summary_line(report: Report | Mapping[str, Any]) -> str:
     """One line of a sweep's summary for a bisection (a report, or its row)."""
     if isinstance(report, Report):
-        return f"{report.model_id}: {report.answer} ({len(report.trials)} runs)"
+        runs = report.found.runs + report.found.confirm_runs
+        return f"{report.model_id}: {report.answer} ({runs} runs)"
     runs = int(report.get("runs") or 0) + int(report.get("confirm_runs") or 0)
     return f"{report.get('model_id')}: {report.get('answer')} ({runs} runs)"
 

@@ -93,13 +93,14 @@ def candidate_script(text: str, package: str, version: str, column: str | None) 
     return "\n".join(lines)
 
 
-def needs_of(text: str) -> tuple[str, ...]:
-    """The packages a recorded ``run.py`` needs beyond the stack: its ``pip install`` line's,
-    less the stack's own pins."""
+def needs_of(text: str, moved: str | None = None) -> tuple[str, ...]:
+    """The packages a ``run.py`` needs beyond the stack: its ``pip install`` line's, less the
+    stack's own pins and the package a bisection ``moved``."""
+    left_out = _STACK_PINS | ({packages.canonical(moved)} if moved else set())
     for line in text.split("\n")[:12]:
         if line.startswith("# pip install ") and "(nothing beyond the stack)" not in line:
             words = shlex.split(line[14:])
-            return tuple(w for w in words if packages.base_name(w) not in _STACK_PINS)
+            return tuple(w for w in words if packages.base_name(w) not in left_out)
     return ()
 
 
@@ -132,7 +133,8 @@ def run_trial(
     judged against ``target`` (None: the bad end's own run, any failure is bad)."""
     overlays = () if environment.folder is None else (environment.folder,)
     step = f"bisect {environment.package} {environment.version}"
-    run = ScriptRun(text, script, cores, needs=needs_of(text), overlays=overlays, step=step)
+    needs = needs_of(text, environment.package)
+    run = ScriptRun(text, script, cores, needs=needs, overlays=overlays, step=step)
     try:
         fields = classify.ran(run_script(sweep, run))
     except packages.PackageError as exc:  # what the script needs beside it cannot install

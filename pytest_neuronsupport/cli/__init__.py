@@ -2,7 +2,7 @@
 
 One table, :data:`COMMANDS`, names every command once: its words, its lines in ``--help``,
 its arguments and what it runs (a :class:`~.command.Command`, declared in the module of its
-group: :mod:`.zoo`, :mod:`.hub`, :mod:`.views`, :mod:`.results`). :func:`parser` and
+group: :mod:`.zoo`, :mod:`.hub`, :mod:`.views`, :mod:`.results`, :mod:`.bisect`). :func:`parser` and
 :func:`main` are made of that table.
 """
 
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from pytest_neuronsupport import __version__, baseline, options
-from pytest_neuronsupport.cli import hub, results, views, zoo
+from pytest_neuronsupport.cli import bisect, hub, results, views, zoo
 from pytest_neuronsupport.cli.command import Command, CommandError
 from pytest_neuronsupport.dataset.files import UnreadableResultsError
 
@@ -39,6 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     views.TRAIN_REPORT,
     views.PERF,
     views.DASHBOARD,
+    bisect.BISECT,
 )
 """Every command, in the order ``--help`` lists them."""
 

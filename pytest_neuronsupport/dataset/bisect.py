@@ -1,8 +1,9 @@
 """The bisection table: which release of a package broke a model, or where inside the compiler.
 
 ``<results>/bisect/<compiler>-<version>/<library>-<version>.parquet``, in the pair of the
-failure bisected, one row per model and package bisected (its key; a compiler bisection's
-package is the compiler, ``inductor``...), written through the same journal and merge as the
+failure bisected, one row per model, package and range (``good``, ``bad``) bisected: its key (a
+compiler bisection's package is the run's backend, its range null); a later bisection of the
+same range replaces its row. Written through the same journal and merge as the
 support dataset (:data:`~pytest_neuronsupport.dataset.support.SUPPORT`) by ``neuronsupport
 bisect`` and by a sweep with ``--neuron-bisect``. ``lookup``, ``failures`` and the page read it
 (:mod:`pytest_neuronsupport.views.bisections`).
@@ -43,7 +44,7 @@ BISECT_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("confirm_runs", pa.int32()),
         pa.field("tried", _TEXTS),
         # the failure at each end of the boundary
-        pa.field("result_bad", pa.string()),
+        pa.field("result", pa.string()),
         pa.field("error_bad", pa.string()),
         pa.field("signature", pa.string()),
         pa.field("result_good", pa.string()),
@@ -89,7 +90,10 @@ BISECT_COLUMN_DOCS: Final[dict[str, str]] = {
     "runs": "Runs of the search: the two ends and the steps (re-runs apart).",
     "confirm_runs": "Runs of the boundary pair again.",
     "tried": "Each run in order: `5.22.1 good`, `5.24.1 skip`...",
-    "result_bad": "The result of the first failing release's run (`FAIL(gen)`...).",
+    "result": (
+        "The result of the failure bisected (`FAIL(gen)`...): the first failing release's run, "
+        "else the bad end's (`PASS` where it passed), else its recorded row's."
+    ),
     "error_bad": "The first line of its error.",
     "signature": "The failure bisected: result, exception, and where (as `failures` groups).",
     "result_good": "The result of the last passing release's run (`PASS`).",
@@ -117,6 +121,6 @@ BISECT_COLUMN_DOCS: Final[dict[str, str]] = {
 """One sentence per column of :data:`BISECT_SCHEMA`."""
 
 BISECT: Final = Table(
-    "bisect", BISECT_DATA, BISECT_SCHEMA, ("model_id", "package"), BISECT_COLUMN_DOCS
+    "bisect", BISECT_DATA, BISECT_SCHEMA, ("model_id", "package", "good", "bad"), BISECT_COLUMN_DOCS
 )
-"""Bisection rows: ``<results>/bisect``, one row per model and package bisected."""
+"""Bisection rows: ``<results>/bisect``, one row per model, package and range bisected."""

@@ -53,6 +53,13 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, run_dir
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+from pytest_neuronsupport.views.bisections import (
+    Bisections,
+    by_release,
+    pair_bisections,
+    release_of,
+    said_of,
+)
 from pytest_neuronsupport.views.lookup import PairError, latest_rows, pairs, resolve_pair
 
 __all__ = [
@@ -144,6 +151,10 @@ class FailedModel:
     model_id: str
     result: str
     notes: str
+    #: What bisecting it found (``broke in transformers 5.25.0 (last passing 5.24.0)``), and
+    #: the release that broke it (``transformers 5.25.0``); empty: not bisected.
+    broke_in: str = ""
+    release: str = ""
 
 
 @dataclass(frozen=True)
@@ -342,13 +353,18 @@ def _repro(
 
 
 def group_failures(
-    rows: Iterable[Mapping[str, Any]], results: Path | None = None, pair: str | None = None
+    rows: Iterable[Mapping[str, Any]],
+    results: Path | None = None,
+    pair: str | None = None,
+    bisections: Bisections | None = None,
 ) -> list[FailureGroup]:
     """The failed rows among ``rows`` (one pair's, one per model) grouped by :func:`cause_of`.
 
     Most models first, ties by cause text; in a group, models by id. With ``results`` and
-    ``pair`` (``compiler-v/library-v.parquet``), a repro's path is looked up on disk.
+    ``pair`` (``compiler-v/library-v.parquet``), a repro's path is looked up on disk; with
+    ``bisections`` (the pair's), each model says what bisecting it found.
     """
+    found = bisections or {}
     failed = sorted(
         (row for row in rows if is_failure(row.get("result"))), key=lambda r: str(r["model_id"])
     )
@@ -368,7 +384,13 @@ def group_failures(
         FailureGroup(
             cause,
             tuple(
-                FailedModel(str(r["model_id"]), str(r["result"]), first_line(r.get("notes"), 200))
+                FailedModel(
+                    str(r["model_id"]),
+                    str(r["result"]),
+                    first_line(r.get("notes"), 200),
+                    said_of(found.get(str(r["model_id"]), [])),
+                    release_of(found.get(str(r["model_id"]), [])),
+                )
                 for r in members
             ),
             _repro(members, results, pair),
@@ -418,7 +440,8 @@ def pair_failures(results: Path, pair: str | None = None) -> tuple[str, list[Fai
     """
     resolved = newest_pair(results) if pair is None else resolve_pair(results, pair)
     rows = latest_rows(results, resolved).values()
-    return resolved, group_failures(rows, results, resolved)
+    bisections = pair_bisections(results, resolved)
+    return resolved, group_failures(rows, results, resolved, bisections)
 
 
 def _repro_line(repro: Repro | None) -> str:
@@ -445,6 +468,13 @@ def format_groups(groups: Sequence[FailureGroup], pair: str, fmt: str = "text") 
         lines.append("")
         lines.append(f"{count} model{'' if count == 1 else 's'}  {group.cause.text}")
         width = max(len(model.model_id) for model in group.models)
-        lines.extend(f"    {m.model_id:<{width}}  {m.result}" for m in group.models)
+        lines.extend(
+            f"    {m.model_id:<{width}}  {m.result}" + (f"  {m.broke_in}" if m.broke_in else "")
+            for m in group.models
+        )
         lines.append(f"  {_repro_line(group.repro)}")
+    releases = {m.model_id: m.release for group in groups for m in group.models}
+    if any(releases.values()):
+        lines += ["", "new failures by the release that broke them (neuronsupport bisect):"]
+        lines += [f"  {release}: {', '.join(models)}" for release, models in by_release(releases)]
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from pytest_neuronsupport.pipeline.classify import (
 )
 from pytest_neuronsupport.progress import duration
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+from pytest_neuronsupport.views.bisections import bisected, bisected_range, said
 
 __all__ = [
     "Change",
@@ -132,8 +133,9 @@ def lookup(results: Path, model: str) -> list[str]:
     wall time, peak memory against capacity, the start of ``notes`` or ``error``, and where
     the run.py is; a PASS whose output was compared with nothing is ``PASS unchecked``, with
     why, one whose run compiled no graph ``PASS compiled nothing``, and one that ran operators
-    on the CPU ``PASS, 3 operators on the CPU`` (named on a line of their own). No match gives a
-    single line saying so.
+    on the CPU ``PASS, 3 operators on the CPU`` (named on a line of their own), and what a
+    bisection found of it there (``bisected: broke in transformers 5.25.0 (last passing
+    5.24.0)``, :mod:`.bisections`). No match gives a single line saying so.
     """
     needle = model.lower()
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -143,6 +145,7 @@ def lookup(results: Path, model: str) -> list[str]:
                 found.setdefault(model_id, []).append((pair, row))
     if not found:
         return [f"no model matching {model!r} in {Path(results) / DATA}"]
+    bisections = bisected(results)
     lines: list[str] = []
     for model_id in sorted(found):
         lines.append(model_id)
@@ -169,6 +172,8 @@ def lookup(results: Path, model: str) -> list[str]:
                 lines.append(f"  {'':<40} {times}")
             if row.get("cpu_ops"):
                 lines.append(f"  {'':<40} on the CPU: {', '.join(row['cpu_ops'])}")
+            for done in bisections.get(pair + _PARQUET, {}).get(model_id, []):
+                lines.append(f"  {'':<40} bisected {bisected_range(done)}: {said(done)}")
             script = run_py_path(results, pair + _PARQUET, model_id)
             lines.append(f"  {'':<40} run.py: {script if script.is_file() else '(not here)'}")
     return lines

@@ -34,6 +34,7 @@ from pytest_neuronsupport.dataset.files import read_dataset, tested_at_key
 from pytest_neuronsupport.dataset.layout import pair_relpath
 from pytest_neuronsupport.pipeline.classify import compiled_nothing, own_error
 from pytest_neuronsupport.runners.lib.protocol import Result
+from pytest_neuronsupport.views.bisections import Bisections, bisected, by_release, said_of
 from pytest_neuronsupport.views.coverage import coverage
 from pytest_neuronsupport.views.dashboard import dashboard, history, page_dashboard
 from pytest_neuronsupport.views.failures import NO_REPRO, pair_failures
@@ -115,15 +116,19 @@ def _legend() -> list[dict[str, str]]:
     return legend
 
 
-def _pair_label(row: Mapping[str, Any]) -> str:
-    """``"inductor-2.13.0 / transformers-5.24.0"``: the row's pair file, as people read it."""
-    relpath = pair_relpath(
+def _pair_file(row: Mapping[str, Any]) -> str:
+    """The row's pair file, relative to its table's folder."""
+    return pair_relpath(
         row["compiler"] or "unknown",
         row["compiler_version"] or "unknown",
         row["library"] or "unknown",
         row["library_version"] or "unknown",
     )
-    return relpath.removesuffix(".parquet").replace("/", " / ")
+
+
+def _pair_label(row: Mapping[str, Any]) -> str:
+    """``"inductor-2.13.0 / transformers-5.24.0"``: the row's pair file, as people read it."""
+    return _pair_file(row).removesuffix(".parquet").replace("/", " / ")
 
 
 def _plain(value: object) -> object:
@@ -135,10 +140,14 @@ def _plain(value: object) -> object:
     return value
 
 
-def _page_row(index: int, row: Mapping[str, Any]) -> dict[str, Any]:
+def _page_row(
+    index: int, row: Mapping[str, Any], bisections: Mapping[str, Bisections]
+) -> dict[str, Any]:
     data = {name: _plain(row[name]) for name in _FIELDS}
     data["error"] = own_error(row["error"])  # the backend's own exception first
     data.update(index=index, pair=_pair_label(row), task=row["task"] or _NO_TASK)
+    found = bisections.get(_pair_file(row), {}).get(row["model_id"], [])
+    data["bisected"] = said_of(found) or None  # what bisecting its failure found
     return data
 
 
@@ -211,6 +220,7 @@ def _failures(results_dir: Path, latest: dict[tuple[str, str], int]) -> list[dic
                             "result": m.result,
                             "slug": Result(m.result).name.lower(),
                             "index": latest.get((label, m.model_id)),
+                            "broke_in": m.broke_in,
                         }
                         for m in group.models
                     ],
@@ -224,7 +234,8 @@ def _failures(results_dir: Path, latest: dict[tuple[str, str], int]) -> list[dic
                 }
             )
         failed = sum(len(group.models) for group in groups)
-        shown.append({"pair": label, "failed": failed, "groups": entries})
+        releases = by_release({m.model_id: m.release for g in groups for m in g.models})
+        shown.append({"pair": label, "failed": failed, "groups": entries, "releases": releases})
     return shown
 
 
@@ -257,7 +268,8 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         table.to_pylist(),
         key=lambda row: (natural_key(row["model_id"]), natural_key(_pair_label(row))),
     )
-    rows = [_page_row(index, row) for index, row in enumerate(raw)]
+    bisections = bisected(Path(results_dir))
+    rows = [_page_row(index, row, bisections) for index, row in enumerate(raw)]
     legend = _legend()
     counts = Counter(row["result"] for row in rows)
     chart = _chart(rows, legend)
