@@ -185,15 +185,18 @@ def find_ends(
             groups.setdefault(context(member[1], package), []).append(member)
     picks = [p for p in (_pick(m, package, good, bad) for m in groups.values()) if p is not None]
 
-    def recency(pick: tuple[str, _Member | None, str, _Member | None]) -> tuple[bool, str]:
-        member = pick[3] or pick[1]
+    def fit(pick: tuple[str, _Member | None, str, _Member | None]) -> tuple[bool, bool, str]:
+        """Rows that fail at the bad end first, then pass at the good end, then the newest."""
+        good_member, bad_member = pick[1], pick[3]
+        member = bad_member or good_member
         return (
-            pick[1] is not None and pick[3] is not None,
+            bad_member is not None and _failed(bad_member[1]),
+            good_member is not None and good_member[1].get("result") == Result.PASS,
             str(member and member[1].get("tested_at")),
         )
 
     if picks:
-        good, good_member, bad, bad_member = max(picks, key=recency)
+        good, good_member, bad, bad_member = max(picks, key=fit)
     elif good is not None and bad is not None:
         good_member = bad_member = None
     else:
