@@ -497,3 +497,19 @@ def waits_for_prefetch_backend_for_tests(gm: torch.fx.GraphModule, example_input
 
 
 _in_a_reference_pass_the_cpu_run_fails()
+
+
+def breaking_a_pass_inductor_backend_for_tests(
+    gm: torch.fx.GraphModule, example_inputs: Any
+) -> Any:
+    """Inductor with one post-grad pass of its own that raises, as an inductor whose pass
+    broke: ``neuronsupport bisect --compiler`` names inductor's ``post_grad_passes`` and this
+    one among them (``post_grad_custom_pre_pass``)."""
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+
+    def breaking_pass(graph: torch.fx.Graph) -> None:
+        raise NotImplementedError("test-only inductor pass: it broke the graph")
+
+    with config.patch(post_grad_custom_pre_pass=breaking_pass):
+        return compile_fx(gm, example_inputs)
