@@ -151,6 +151,12 @@ def _page_row(
     return data
 
 
+def _page_rows(raw: list[dict[str, Any]], results_dir: Path) -> list[dict[str, Any]]:
+    """The page's rows, each with what a bisection of its failure found."""
+    bisections = bisected(results_dir)
+    return [_page_row(index, row, bisections) for index, row in enumerate(raw)]
+
+
 def _chart(rows: list[dict[str, Any]], legend: list[dict[str, str]]) -> dict[str, Any]:
     """The stacked bars per pair (in version order), positioned in SVG units.
 
@@ -268,8 +274,7 @@ def write_page(results_dir: Path, out_dir: Path) -> Path:
         table.to_pylist(),
         key=lambda row: (natural_key(row["model_id"]), natural_key(_pair_label(row))),
     )
-    bisections = bisected(Path(results_dir))
-    rows = [_page_row(index, row, bisections) for index, row in enumerate(raw)]
+    rows = _page_rows(raw, Path(results_dir))
     legend = _legend()
     counts = Counter(row["result"] for row in rows)
     chart = _chart(rows, legend)
