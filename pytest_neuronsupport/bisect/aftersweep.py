@@ -190,14 +190,25 @@ def _each(
     for row in failing:
         model_id, left = str(row["model_id"]), s.bisect_max_runs - spent
         if left < 2:
-            done.lines.append(f"bisect: {model_id}: not bisected (the {s.bisect_max_runs} runs of "
-                              "--neuron-bisect-max-runs are spent)")  # fmt: skip
+            spent_all = f"the {s.bisect_max_runs} runs of --neuron-bisect-max-runs are spent"
+            done.lines.append(f"bisect: {model_id}: not bisected ({spent_all})")
             continue
         script = run_py_path(s.results, sweep.pair, model_id)
         text = script.read_text("utf-8") if script.is_file() else str(row.get("run_py") or "")
         said = (f"newly failing against {where.pair}",)
-        ends = Ends(model_id, package, good, bad, where.rows.get(model_id), dict(row), text,
-                    sweep.pair, int(row.get("neuron_cores") or 1), (), said)  # fmt: skip
+        ends = Ends(
+            model_id=model_id,
+            package=package,
+            good=good,
+            bad=bad,
+            good_row=where.rows.get(model_id),
+            bad_row=dict(row),
+            script=text,
+            pair=sweep.pair,
+            cores=int(row.get("neuron_cores") or 1),
+            said=said,
+            source=dict(row),
+        )
         try:
             report = bisect_release(sweep, ends, Search(max_runs=left), say)
         except VersionsError as exc:

@@ -141,8 +141,8 @@ class CompilerReport:
         if self.target is not None:
             lines.append(f"  the failure narrowed: {self.target.text}")
             lines.append(f"    {self.error}")
-        lines.append(f"  by {'PyTorch' if self.method == 'bisector' else 'the'} {self.method}, "
-                     f"{len(self.steps)} runs, backend {self.backend}")  # fmt: skip
+        by = "PyTorch's CompilerBisector" if self.method == "bisector" else "the minifier"
+        lines.append(f"  by {by}, {len(self.steps)} runs, backend {self.backend}")
         for step in self.steps:
             tested = ", ".join(f"{k}={v}" for k, v in (step.get("tested") or {}).items())
             lines.append(f"    {tested or 'as compiled'}: {step.get('outcome')}")
@@ -263,9 +263,11 @@ def _bisector(
     if needs:
         overlay = str(packages.overlay(needs, s.cache, s.timeout_s))
         env["PYTHONPATH"] = ":".join(filter(None, [overlay, env.get("PYTHONPATH", "")]))
-    step = [sys.executable, "-m", "pytest_neuronsupport.bisect.step", "--script", str(script),
-            "--expect", str(expect), "--log", str(log), "--timeout", str(s.timeout_s)]  # fmt: skip
-    command = [sys.executable, "-m", "torch._inductor.compiler_bisector", "run", *step]
+    step = ["--script", script, "--expect", expect, "--log", log, "--timeout", s.timeout_s]
+    command = [
+        *(sys.executable, "-m", "torch._inductor.compiler_bisector", "run"),
+        *(sys.executable, "-m", "pytest_neuronsupport.bisect.step", *map(str, step)),
+    ]
     try:
         with sweep.allocator.lease(1) as lease:
             env.update(s.device.lease_env(lease.cores, s.at_once))
@@ -287,9 +289,16 @@ def _stream(command: list[str], cwd: Path, env: dict[str, str], say: Callable[[s
     """Run ``command``, each line of its output said as it comes; all of it."""
     lines: list[str] = []
     with subprocess.Popen(
-        command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
-    ) as proc:  # fmt: skip
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as proc:
         try:
             assert proc.stdout is not None
             for line in proc.stdout:

@@ -120,13 +120,9 @@ def candidate(
 
     def made(building: Path) -> None:
         manifest: dict[str, object] = {"requirements": list(wanted), "python": sys.executable}
+        into = ["--no-deps", "--no-compile", "--target", str(building)]
         try:
-            packages.pip(
-                ["install", "--quiet", "--no-deps", "--no-compile", "--target", str(building),
-                 "--", *wanted],
-                wanted,
-                timeout_s,
-            )  # fmt: skip
+            packages.pip(["install", "--quiet", *into, "--", *wanted], wanted, timeout_s)
         except packages.PackageError as exc:
             manifest["skip"] = f"pip cannot install it: {exc.reason}"
         else:
@@ -142,8 +138,8 @@ def candidate(
 def import_problem(package: str, version: str, folder: Path) -> str | None:
     """Why ``package`` at ``version`` does not import from ``folder`` beside the environment
     (the last line of the error), in a fresh interpreter; None when it does."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder),
-           os.environ.get("PYTHONPATH", "")]))}  # fmt: skip
+    inherited = os.environ.get("PYTHONPATH", "")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), inherited]))}
     command = [sys.executable, "-c", IMPORT_CHECK, package, version, str(folder)]
     try:
         done = subprocess.run(

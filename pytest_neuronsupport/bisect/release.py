@@ -110,10 +110,20 @@ def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = 
         confirm=how.confirm,
     )
     report = Report(
-        ends.model_id, ends.package, ends.good, ends.bad, tuple(candidates), found, trials,
-        started, time.monotonic() - t0, ends.pair, folder, context(ends, text, target),
-        (ends.bad_row or {}).get("result"),
-    )  # fmt: skip
+        model_id=ends.model_id,
+        package=ends.package,
+        good=ends.good,
+        bad=ends.bad,
+        candidates=tuple(candidates),
+        found=found,
+        trials=trials,
+        started=started,
+        wall_s=time.monotonic() - t0,
+        pair=ends.pair,
+        folder=folder,
+        context=context(ends, text, target),
+        recorded=(ends.bad_row or {}).get("result"),
+    )
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / REPORT, json.dumps(report.to_json(), indent=1, default=str) + "\n")
     return report

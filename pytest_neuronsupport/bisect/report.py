@@ -113,9 +113,8 @@ class Report:
             f"{_count(f.skips, 'skip')}, {_count(f.confirm_runs, 're-run')} of the boundary",
         ]
         if self.first_bad_range:
-            undecided = ", ".join(self.first_bad_range[:-1])
-            lines.append(f"  the first failing is one of {', '.join(self.first_bad_range)}: "
-                         f"{undecided} could not be decided")  # fmt: skip
+            among, undecided = self.first_bad_range, ", ".join(self.first_bad_range[:-1])
+            lines.append(f"  the first failing is one of {', '.join(among)}: {undecided} undecided")
         for label, trial in (("first failing", first), ("last passing", last)):
             if trial is not None:
                 lines.extend(_end_lines(label, trial))
@@ -241,9 +240,9 @@ def pip_line(trial: Trial | None) -> str | None:
 
 
 def _end_lines(label: str, trial: Trial) -> list[str]:
-    said = trial.error or str(trial.fields.get("result") or trial.outcome)
-    lines = [f"  {label} {trial.version}: {trial.fields.get('result', trial.outcome)}"
-             + (f"  {first_line(said, 160)}" if trial.error else "")]  # fmt: skip
+    result = trial.fields.get("result", trial.outcome)
+    error = f"  {first_line(trial.error, 160)}" if trial.error else ""
+    lines = [f"  {label} {trial.version}: {result}{error}"]
     if trial.signature is not None:
         lines.append(f"    failure: {trial.signature.text}")
     if trial.script is not None:
