@@ -54,8 +54,8 @@ class Place:
     kind: str
     #: The attempt's number, from 1 (the bad end), skips and re-runs included.
     run: int
-    #: The candidates still to decide between the last good and the first bad, and the most
-    #: runs binary search needs for them.
+    #: The candidates still to decide between the last good and the first bad (beside this
+    #: one), and the most steps binary search needs after this one.
     left: int
     most: int
     #: The indices of the last known good and the first known bad.
@@ -149,8 +149,9 @@ class _Search:
         spent = self.found.runs + self.found.confirm_runs
         if self.max_runs is not None and spent >= self.max_runs:
             return None
-        left = self.left() - (kind == "step")
-        place = Place(kind, len(self.found.tried) + 1, left, most_runs(left), self.low, self.high)
+        step = kind == "step"  # this run decides one of those left, and halves the others
+        left, most = self.left() - step, max(0, most_runs(self.left()) - step)
+        place = Place(kind, len(self.found.tried) + 1, left, most, self.low, self.high)
         outcome = self.evaluate(index, place)
         self.found.tried.append(Tried(index, outcome, place))
         return outcome
