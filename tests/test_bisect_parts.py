@@ -56,6 +56,24 @@ def test_the_releases_are_those_pips_index_offers(
         versions.releases("no-such-package-for-tests", "1.0", "2.0")
 
 
+def test_a_candidate_that_cannot_install_or_import_is_a_skip_made_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_index(monkeypatch, bisectee_index(tmp_path / "index"))
+    good = environments.candidate(NAME, "1.2", tmp_path / "cache")
+    assert good.skip is None and good.folder is not None and not good.cached
+    assert (good.folder / NAME / "__init__.py").is_file()
+    broken = environments.candidate(NAME, "1.1", tmp_path / "cache")
+    assert broken.skip is not None and broken.skip.startswith("pip cannot install it:")
+    unimportable = environments.candidate(NAME, "1.3", tmp_path / "cache")
+    assert unimportable.skip == (
+        "it does not import here: ImportError: bisectee_for_tests: needs a library this "
+        "machine lacks"
+    )
+    again = environments.candidate(NAME, "1.1", tmp_path / "cache")
+    assert again.cached and again.skip == broken.skip  # remembered: pip is not asked again
+
+
 def test_the_environments_own_version_needs_no_overlay(tmp_path: Path) -> None:
     import transformers
 

@@ -146,6 +146,7 @@ def environments(bisected: Bisected) -> set[Path]:
     return {p for p in (bisected.runner.cache / ENVIRONMENTS).iterdir() if p.is_dir()}
 
 
+@pytest.mark.slow  # a candidate that cannot install: test_bisect_parts.py, without runs
 @BISECT
 def test_an_end_that_cannot_install_is_a_skip_and_environments_are_made_once(
     bisected: Bisected,
@@ -237,3 +238,15 @@ def test_the_compiler_bisector_names_the_pass_that_broke_inductor(
     assert (report["stage"], report["subsystem"]) == ("inductor", "post_grad_passes")
     assert report["application_info"] == "post_grad_custom_pre_pass"
     assert report["answer"].startswith("breaks in inductor: post_grad_passes, application")
+
+
+@pytest.mark.slow  # no faster test runs the minifier's path of --compiler
+@BISECT
+def test_the_minifier_narrows_a_compile_to_its_graph(bisected: Bisected) -> None:
+    done = bisected.bisect(MODEL, "--compiler", "--compiler-method", "minifier", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["method"], report["status"]) == ("minifier", "found")
+    assert report["signature"]["exception"] == "NotImplementedError"
+    assert report["repro"]["path"].endswith("/bisect/compiler/repro.py")
+    assert report["answer"].startswith("breaks at op ")
