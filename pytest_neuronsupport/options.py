@@ -250,8 +250,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "bisect-max-runs",
-        "the most runs of models all of a sweep's bisections take, both ends and the re-run "
-        "boundaries included; a model it does not reach is not bisected",
+        "the most runs of models a bisection takes (a sweep's, --neuron-bisect: all its "
+        "bisections together, and a model it does not reach is not bisected), both ends and "
+        "the boundary's re-runs included",
         "N",
         kind="int",
         default=50,
