@@ -147,6 +147,7 @@ HEAVIEST_FIRST = (
     "train-search",  # 190: the searches, then twice the cap
     "test_the_commands_of_a_page_run_as_written",  # 150: the pages, two at a time
     "reruns",  # ~120: 75 measured, then llama's eager sweep became inductor's, cold and warm
+    "bisect",  # ~95: a sweep that bisects its new failure (5 runs of a tiny encoder), the command
     "test_a_sweep_held_against_its_baseline_names_regressions_and_improvements",  # 90
     "test_a_sample_of_the_architectures_gives_the_expected_results",  # 80: 12 built, swept
     "two-core-llama",  # 75
