@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from pytest_neuronsupport import devices, faults, options
 from pytest_neuronsupport.bisect import compiler
-from pytest_neuronsupport.bisect.ends import EndsError, find_ends, model_rows
+from pytest_neuronsupport.bisect.ends import EndsError, find_ends
 from pytest_neuronsupport.bisect.release import Search, base_of, bisect_release
 from pytest_neuronsupport.bisect.search import ANSWERED
 from pytest_neuronsupport.dataset.bisect import BISECT
@@ -115,7 +115,7 @@ def bisect_command(
         if not asked.package:
             raise BisectError("say what to bisect: --package NAME, or --compiler")
         ends = find_ends(asked.results, asked.model, asked.package, asked.good, asked.bad)
-        sweep = standalone_sweep(asked, ends.bad_row or ends.good_row or _newest(asked))
+        sweep = standalone_sweep(asked, ends.bad_row or ends.source or {})
         how = Search(asked.otherwise_bad, asked.max_runs)
         report = bisect_release(sweep, ends, how, say)
     except (EndsError, compiler.CompilerError, faults.Fault) as exc:
@@ -126,11 +126,6 @@ def bisect_command(
     else:
         out.write("\n".join(report.lines()) + "\n")
     return 0 if report.found.status in ANSWERED and not report.found.flaky else 1
-
-
-def _newest(asked: Asked) -> dict[str, Any]:
-    rows = model_rows(asked.results, asked.model)
-    return max((row for _, row in rows), key=lambda r: str(r.get("tested_at")), default={})
 
 
 def _compiler(asked: Asked, out: TextIO, say: Callable[[str], None]) -> int:

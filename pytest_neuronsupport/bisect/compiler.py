@@ -216,14 +216,15 @@ def bisect_compiler(
     report.pair, report.folder = pair, folder
     t0 = time.monotonic()
     say(f"bisect {model_id} inside {s.backend} ({method}): its failure, run again first")
-    fields = _run(sweep, folder / "run.py", text, int(row.get("neuron_cores") or 1))
+    cores = int(row.get("neuron_cores") or 1)
+    fields = _run(sweep, folder / "run.py", text, cores)
     report.target, report.error = signature(fields), error_line(fields)
     say(f"    {report.target.text if report.target else 'PASS'}")
     if report.target is not None:
         if method == "minifier":
             _minified(sweep, row, folder, fields, report)
         else:
-            _bisector(sweep, folder, text, report, say)
+            _bisector(sweep, folder, text, cores, report, say)
     report.wall_s = time.monotonic() - t0
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bisect.json").write_text(json.dumps(report.to_json(), indent=1) + "\n", "utf-8")
@@ -247,7 +248,12 @@ def parse_result(output: str) -> dict[str, Any] | None:
 
 
 def _bisector(
-    sweep: Sweep, folder: Path, text: str, report: CompilerReport, say: Callable[[str], None]
+    sweep: Sweep,
+    folder: Path,
+    text: str,
+    cores: int,
+    report: CompilerReport,
+    say: Callable[[str], None],
 ) -> None:
     """PyTorch's bisector in its ``run`` mode, one step a run of the script (:mod:`.step`)."""
     s = sweep.settings
@@ -269,7 +275,7 @@ def _bisector(
         *(sys.executable, "-m", "pytest_neuronsupport.bisect.step", *map(str, step)),
     ]
     try:
-        with sweep.allocator.lease(1) as lease:
+        with sweep.allocator.lease(cores) as lease:  # every step's run holds them
             env.update(s.device.lease_env(lease.cores, s.at_once))
             output = _stream(command, s.workdir, env, say)
     finally:
