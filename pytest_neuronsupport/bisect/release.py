@@ -61,6 +61,39 @@ def folder_of(results: Path, ends: Ends) -> Path:
     return run_dir / FOLDER / packages.canonical(ends.package)
 
 
+class _Candidates:
+    """Tries the candidates the search asks for (the module's docstring): each one's
+    environment, its script run there, its trial kept, its progress said."""
+
+    def __init__(self, sweep: Sweep, ends: Ends, candidates: tuple[str, ...], say: Say) -> None:
+        self.sweep, self.ends, self.candidates, self.say = sweep, ends, candidates, say
+        self.folder = folder_of(sweep.settings.results, ends)
+        self.text = with_checkpoint(ends.script, ends.model_id, sweep.settings.cache)
+        column = column_of(ends.package)
+        self.column = column if column in STACK_COLUMNS else None
+        self.trials: list[Trial] = []
+        self.target: list[Signature] = []  # the bad end's failure, once it has run
+
+    def __call__(self, index: int, place: Place) -> Outcome:
+        ends, version = self.ends, self.candidates[index]
+        self.say(progress(ends.package, version, place, self.candidates))
+        cache = self.sweep.settings.cache
+        environment = environments.candidate(ends.package, version, cache, ends.pins)
+        self.say(f"    its environment: {environment.said}")
+        if environment.skip is not None:
+            tried = Trial(version, Outcome.SKIP, environment=environment, why=environment.skip)
+        else:
+            script = self.folder / version / "run.py"
+            wanted = self.target[0] if self.target else None
+            text = candidate_script(self.text, ends.package, version, self.column)
+            tried = run_trial(self.sweep, script, text, ends.cores, environment, wanted)
+            if place.kind == "bad end" and tried.signature is not None:
+                self.target.append(tried.signature)
+        self.trials.append(tried)
+        self.say(f"    {tried.outcome}: {came_to(tried)}")
+        return tried.outcome
+
+
 def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = print) -> Report:
     """Bisect ``ends``'s model over its package's releases (the module's docstring).
 
@@ -70,41 +103,17 @@ def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = 
         ~pytest_neuronsupport.faults.Fault: pip's index could not be reached.
     """
     started, t0 = datetime.now(UTC), time.monotonic()
-    s = sweep.settings
     candidates = versions.releases(ends.package, ends.good, ends.bad).versions
-    folder = folder_of(s.results, ends)
-    text = with_checkpoint(ends.script, ends.model_id, s.cache)
-    column = column_of(ends.package) if column_of(ends.package) in STACK_COLUMNS else None
     between = len(candidates) - 2
     say(
         f"bisect {ends.model_id} over {ends.package}: {len(candidates)} releases from "
         f"{ends.good} (good) to {ends.bad} (bad), {between} between: at most "
         f"{2 + most_runs(between)} runs, then the boundary again"
     )
-    trials: list[Trial] = []
-    target: list[Signature] = []  # the bad end's failure, once it has run
-
-    def evaluate(index: int, place: Place) -> Outcome:
-        version = candidates[index]
-        say(progress(ends.package, version, place, candidates))
-        environment = environments.candidate(ends.package, version, s.cache, ends.pins)
-        say(f"    its environment: {environment.said}")
-        if environment.skip is not None:
-            tried = Trial(version, Outcome.SKIP, environment=environment, why=environment.skip)
-        else:
-            script = folder / version / "run.py"
-            wanted = target[0] if target else None
-            the_text = candidate_script(text, ends.package, version, column)
-            tried = run_trial(sweep, script, the_text, ends.cores, environment, wanted)
-            if place.kind == "bad end" and tried.signature is not None:
-                target.append(tried.signature)
-        trials.append(tried)
-        say(f"    {tried.outcome}: {came_to(tried)}")
-        return tried.outcome
-
+    tried = _Candidates(sweep, ends, candidates, say)
     found = search(
         len(candidates),
-        evaluate,
+        tried,
         otherwise_bad=how.otherwise_bad,
         max_runs=how.max_runs,
         confirm=how.confirm,
@@ -116,16 +125,17 @@ def bisect_release(sweep: Sweep, ends: Ends, how: Search = Search(), say: Say = 
         bad=ends.bad,
         candidates=tuple(candidates),
         found=found,
-        trials=trials,
+        trials=tried.trials,
         started=started,
         wall_s=time.monotonic() - t0,
         pair=ends.pair,
-        folder=folder,
-        context=context(ends, text, target),
+        folder=tried.folder,
+        context=context(ends, tried.text, tried.target),
         recorded=(ends.bad_row or {}).get("result"),
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / REPORT, json.dumps(report.to_json(), indent=1, default=str) + "\n")
+    tried.folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report.to_json(), indent=1, default=str) + "\n"
+    atomic_write_text(tried.folder / REPORT, text)
     return report
 
 
