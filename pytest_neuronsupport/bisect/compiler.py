@@ -125,8 +125,10 @@ class CompilerReport:
         if not self.found:
             return f"{self.backend}: {self.status}"
         if self.method == "minifier":
-            ops = self.repro.get("ops") or []
-            return f"breaks at op {ops[-1] if ops else '?'} ({self.repro.get('note')})"
+            ops, note = self.repro.get("ops") or [], self.repro.get("note")
+            if not ops:  # the compiler refuses a graph of no op at all: not an op's failure
+                return f"breaks on any graph, whatever its ops ({note})"
+            return f"breaks at op {ops[-1]} ({note})"
         said = f"breaks in {self.stage}"
         if self.subsystem:
             said += f": {self.subsystem}"

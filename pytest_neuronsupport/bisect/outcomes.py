@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pytest_neuronsupport.pipeline.classify import why_failed
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.views.failures import cause_of
 
@@ -94,5 +95,5 @@ def error_line(fields: Mapping[str, Any]) -> str:
     for a PASS."""
     if fields.get("result") == Result.PASS:
         return ""
-    said = fields.get("error") or fields.get("cpu_match") or fields.get("notes") or ""
+    said = why_failed(fields) or fields.get("notes") or ""  # the backend's own exception first
     return first_line(str(said), 200)
