@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ from tests.wheels_for_tests import NAME, bisectee_index, offline_index
 SITE = "torch._subclasses.fake_tensor:dispatch"
 
 
-def failed(error: str = "TorchRuntimeError: fake tensor call", **more: object) -> dict:
+def failed(error: str = "TorchRuntimeError: fake tensor call", **more: object) -> dict[str, Any]:
     return {"result": "FAIL(gen)", "error": error, "error_site": SITE, **more}
 
 
@@ -304,7 +305,8 @@ def test_lookup_failures_and_the_page_show_which_release_broke_it(tmp_path: Path
     found = "\n".join(lookup(tmp_path, "org/a"))
     assert f"bisected transformers 5.20.0..5.25.0: {said}" in found
     assert "bisected transformers 5.24.1..5.25.0: transformers 5.24.1 (the good end)" in found
-    text = format_groups(*reversed(pair_failures(tmp_path)))
+    pair_file, groups = pair_failures(tmp_path)
+    text = format_groups(groups, pair_file)
     assert f"org/a  FAIL(gen)  {said}" in text and "org/b  FAIL(gen)\n" in text
     assert "new failures by the release that broke them" in text
     assert "  transformers 5.25.0: org/a\n" in text

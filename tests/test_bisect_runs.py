@@ -51,7 +51,10 @@ class Bisected:
 
     def rows(self) -> list[dict[str, Any]]:
         """The rows of the sweep's pair in the ``bisect/`` table."""
-        return pq.read_table(self.runner.results / "bisect" / self.pair).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(
+            self.runner.results / "bisect" / self.pair
+        ).to_pylist()
+        return rows
 
     def bisect(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``neuronsupport bisect ARGS`` in the sweep's folder, with its environment, its cache
@@ -134,7 +137,8 @@ def test_a_sweep_bisects_a_model_that_newly_fails(bisected: Bisected) -> None:
 def test_lookup_failures_and_the_page_say_which_release_broke_it(bisected: Bisected) -> None:
     results, said = bisected.runner.results, f"broke in {NAME} 1.3..1.4 (last passing 1.2)"
     assert f"bisected {NAME} 1.2..1.5: {said}" in "\n".join(lookup(results, MODEL))
-    text = format_groups(*reversed(pair_failures(results)))
+    pair_file, groups = pair_failures(results)
+    text = format_groups(groups, pair_file)
     assert f"{MODEL}  FAIL(forward)  {said}" in text
     assert f"  {NAME} 1.3..1.4: {MODEL}" in text
     page = write_page(results, bisected.runner.path / "page").read_text(encoding="utf-8")
