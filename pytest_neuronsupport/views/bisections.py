@@ -89,7 +89,7 @@ def bisected_range(row: Mapping[str, Any]) -> str:
 
 def said_of(rows: Iterable[Mapping[str, Any]]) -> str:
     """A model's bisections in a pair, in a few words each (:func:`answered`)."""
-    return "; ".join(said(row) for row in answered(rows))
+    return "; ".join(dict.fromkeys(said(row) for row in answered(rows)))  # each answer once
 
 
 def release_of(rows: Iterable[Mapping[str, Any]]) -> str:
