@@ -468,6 +468,8 @@ def test_failures_command_json(results: Path, capsys: pytest.CaptureFixture[str]
         "model_id": "zoo:gpt2",
         "result": "FAIL(forward)",
         "notes": "BackendCompilerFailed: backend='fails_on_linear_backend_for_tests' raised:",
+        "broke_in": "",  # not bisected
+        "release": "",
     }
     assert first["repro"] == {
         "model_id": "zoo:gpt2",
