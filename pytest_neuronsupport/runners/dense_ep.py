@@ -26,7 +26,10 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
 
 
 def run_ranks(params: dict[str, Any], ops: Any) -> Any:  # None on ranks but 0
-    """Several cores: the experts split among the ranks (``ep_size`` divides ``fsdp_size``)."""
+    """Several cores: the experts split among the ranks, every other weight on each rank whole
+    (transformers' expert-parallel plan alone: ``tp_plan={}`` with ``ep_size == tp_size``, no
+    FSDP, whose hooks dynamo does not trace); each rank runs its experts on the whole batch, and
+    an all-reduce sums their outputs."""
     world = int(os.environ["WORLD_SIZE"])
-    sharding = {"ep_size": world, "fsdp_size": world}
+    sharding = {"tp_size": world, "tp_plan": {}, "ep_size": world}
     return generate_on_ranks(params, ops, decoder(params), sharding)
