@@ -12,6 +12,7 @@ import torch
 
 from torch_neuronx._device import (
     _CPU,
+    CPU_SUBSTITUTES,
     NAME,
     _cpu_alias,
     _is_neuron,
@@ -34,6 +35,7 @@ def _retarget_to_cpu(gm) -> None:
 
     for node in gm.graph.nodes:
         if node.op == "call_function":
+            node.target = CPU_SUBSTITUTES.get(node.target, node.target)
             node.args = fix(node.args)
             node.kwargs = {k: fix(v) for k, v in node.kwargs.items()}
     keep = []

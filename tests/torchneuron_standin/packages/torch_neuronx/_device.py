@@ -316,6 +316,46 @@ def _set_tensor(op, self, source):
     )
 
 
+#: The operators PyTorch leaves to an out-of-tree backend (``*_overrideable``:
+#: ``aten::_convolution`` picks ``convolution_overrideable`` for a PrivateUse1 tensor, whose
+#: default raises "not implemented"), each run as the CPU operator it stands for: the stand-in's
+#: CPU fallback of a convolution (a vision tower's patch embedding) and of its backward.
+_OVERRIDEABLE = {
+    "aten::convolution_overrideable": torch.ops.aten.convolution.default,
+    "aten::convolution_backward_overrideable": torch.ops.aten.convolution_backward.default,
+}
+
+
+def _overrideable(cpu_op):
+    def run(op, *args, **kwargs):
+        if cpu_op is torch.ops.aten.convolution_backward.default:
+            # the overrideable's schema has no bias sizes: the CPU's takes them (the bias has
+            # one number a channel of the output, whose gradient is ``grad``)
+            grad, *rest = args
+            args = (grad, rest[0], rest[1], [grad.shape[1]], *rest[2:])
+        return _generic(cpu_op, args, kwargs)
+
+    return run
+
+
+for _n, _cpu_op in _OVERRIDEABLE.items():
+    _SPECIAL[_n] = _overrideable(_cpu_op)
+
+
+def _histc(x, bins=100, min=0, max=0):
+    """``aten::histc`` of any dtype: the CPU's takes floating point only, a GPU's integers too
+    (transformers' experts count their tokens with an integer ``histc`` off the CPU)."""
+    if x.is_floating_point():
+        return torch.ops.aten.histc.default(x, bins, min, max)
+    return torch.ops.aten.histc.default(x.double(), bins, min, max).to(x.dtype)
+
+
+#: Operators whose CPU kernel refuses what a device's accepts, each run by a function that
+#: accepts it, eagerly and in a compiled graph (:func:`._backend.cpu_graph`).
+CPU_SUBSTITUTES = {torch.ops.aten.histc.default: _histc}
+for _op, _substitute in CPU_SUBSTITUTES.items():
+    _SPECIAL[_op.name()] = lambda op, *a, _f=_substitute, **k: _generic(_f, a, k)
+
 # view ops whose CPU kernels are device-agnostic: run them directly on the neuron tensor
 for _n in ("aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::unfold", "aten::alias"):
     _SPECIAL[_n] = lambda op, *a, **k: op.redispatch(_CPU_KS, *a, **k)
@@ -525,7 +565,7 @@ def _register_per_op_kernels() -> None:
         m.impl(full[len("aten::") :], "PrivateUse1", kernel, False)
 
 
-_EXTRA_OPS = ("aten::_copy_from", "aten::_copy_from_and_resize")
+_EXTRA_OPS = ("aten::_copy_from", "aten::_copy_from_and_resize", *_OVERRIDEABLE)
 _kernel_lib: Any = None
 
 
