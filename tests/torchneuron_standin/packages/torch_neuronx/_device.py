@@ -34,6 +34,19 @@ RECORD: list[Callable[[Any], None]] = []
 _stats = {"allocated": 0, "peak": 0, "n_alloc": 0}
 
 
+def _check_room(nbytes: int) -> None:
+    """The core's memory, where the test gives one (``NEURON_STANDIN_CORE_MEMORY_GB``): an
+    allocation past it fails as the Neuron runtime's does (its out-of-memory report's first
+    line, AWS Neuron docs "Neuron Device Memory")."""
+    limit = float(os.environ.get("NEURON_STANDIN_CORE_MEMORY_GB") or 0) * 1e9
+    if limit and _stats["allocated"] + nbytes > limit:
+        core = (os.environ.get("NEURON_RT_VISIBLE_CORES") or "0").split(",")[0].split("-")[0]
+        raise RuntimeError(
+            f"Failed to allocate {nbytes / 2**30:.3f}GB (alignment: none, usage: tensors) on "
+            f"ND 0:NC {core}"
+        )
+
+
 class _Keep:
     """Owns the CPU bytes behind one neuron StorageImpl (stored as nst._keep)."""
 
@@ -76,6 +89,7 @@ _as_strided = torch.as_strided
 def _neuron_storage_for(cpu_t: torch.Tensor):
     """Neuron storage sharing the memory of cpu_t's storage (keeps that storage alive)."""
     cst = cpu_t.untyped_storage()
+    _check_room(cst.nbytes())
     nst = _mkst(cst.data_ptr(), _NDEV, cst.nbytes())
     # StorageImpl PyObjects are preserved, so this attribute lives exactly as long as
     # the neuron StorageImpl (i.e. as long as any neuron tensor/view uses it).
@@ -586,4 +600,7 @@ def install() -> None:
         _lib = torch.library.Library("_", "IMPL")
         _lib.fallback(_fallback, "PrivateUse1")
         _register_per_op_kernels()
+        from torch_neuronx import _autocast
+
+        _autocast.register()
         _installed = True
