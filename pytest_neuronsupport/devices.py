@@ -68,6 +68,9 @@ class Device:
     #: The run side: its class for a run on one core, and for a rank of a several-core run.
     ops: str
     rank_ops: str
+    #: Whether a training trial is held to the core's memory by the device's training ops
+    #: (``limit_memory``), or runs out of the device's own.
+    caps_training_memory: bool = True
 
     @property
     def train_ops(self) -> str:
@@ -92,6 +95,11 @@ class Device:
 
     def core_count(self) -> int:
         raise NotImplementedError
+
+    def lnc(self) -> int | None:
+        """The logical core configuration the cores are counted at (None: not a Neuron
+        device, or ``neuron-ls`` does not say)."""
+        return None
 
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
         """Environment that restricts a run to ``cores`` before any runtime starts."""
@@ -200,6 +208,9 @@ class NeuronDevice(Device):
     def core_count(self) -> int:
         return len(self.cores().ids)
 
+    def lnc(self) -> int | None:
+        return self.cores().lnc
+
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
         """Lease indices → the cores' ids (the lease's k-th core is the machine's k-th)."""
         ids = self.cores().ids
@@ -244,6 +255,7 @@ class CudaDevice(Device):
     fullgraph: bool = False
     ops: str = "CudaOps"
     rank_ops: str = "CudaRankOps"
+    caps_training_memory: bool = False
 
     def available(self) -> bool:
         if not (Path("/proc/driver/nvidia").exists() or glob.glob("/dev/nvidia[0-9]*")):

@@ -13,7 +13,8 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import PERF_DATA
-from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.support import DEVICE_DOCS
+from pytest_neuronsupport.dataset.table import DEVICE_FIELDS, RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["INTERVALS", "PERF", "PERF_COLUMN_DOCS", "PERF_SCHEMA", "SPREAD"]
 
@@ -119,6 +120,9 @@ PERF_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("run_py_sha256", pa.string()),
         pa.field("timings", pa.string()),
         pa.field("check", pa.string()),
+        # what the device and its runtime say of the compiled rounds (appended: older files load
+        # them null)
+        *DEVICE_FIELDS,
     ],
     metadata={"neuronsupport_schema": "perf-1"},
 )
@@ -221,6 +225,7 @@ PERF_COLUMN_DOCS: Final[dict[str, str]] = {
         "JSON: the model's facts used by the roofline, the peaks measured, and the CPU "
         "threads (`torch.get_num_threads()`) and CPUs the timed rounds ran with."
     ),
+    **DEVICE_DOCS,
 }
 """One sentence per column of :data:`PERF_SCHEMA`."""
 

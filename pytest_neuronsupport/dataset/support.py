@@ -15,12 +15,13 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import DATA
-from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.table import DEVICE_FIELDS, RUN_FIELDS, STACK_DOCS, Table
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 __all__ = [
     "COLUMNS",
     "COLUMN_DOCS",
+    "DEVICE_DOCS",
     "FP64_COLUMNS",
     "PHASE_COLUMNS",
     "RESULT_MEANINGS",
@@ -100,6 +101,9 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("download_s", pa.float64()),
         # the bucket its compile cache was shared through (appended: older files load it null)
         pa.field("compile_cache", pa.string()),
+        # the device's policy and configuration (appended: older files load them null)
+        pa.field("fullgraph", pa.bool_()),
+        pa.field("lnc", pa.int32()),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -331,8 +335,25 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "compiled published there after the sweep; `hf buckets sync <it> /tmp/neff_cache` "
         "copies the graphs; null: not shared."
     ),
+    "fullgraph": (
+        "Whether the device run compiled with `torch.compile(fullgraph=True)`, the device's "
+        "policy: true on Neuron (TorchNeuron's recommendation: a graph break is then the "
+        "failure itself, FAIL(gen) or FAIL(forward)), false on CUDA and the CPU (dynamo breaks "
+        "the graph and runs the rest eagerly); compare two pairs that differ in it knowing that "
+        "a model with a graph break passes under false and fails under true; null in files "
+        "written before the column existed."
+    ),
+    "lnc": (
+        "The logical NeuronCore configuration the cores were counted at (physical cores per "
+        "logical core, 1 or 2, as `neuron-ls -j` reports it; `NEURON_LOGICAL_NC_CONFIG`): what "
+        "`neuron_cores` and `hbm_capacity_gb` mean on Neuron; null off Neuron."
+    ),
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""
+
+DEVICE_DOCS: Final[dict[str, str]] = {f.name: COLUMN_DOCS[f.name] for f in DEVICE_FIELDS}
+"""The meaning of each of :data:`~pytest_neuronsupport.dataset.table.DEVICE_FIELDS`, as the
+support table says it (the training and performance tables say it alike)."""
 
 RESULT_MEANINGS: Final[dict[Result, str]] = {
     Result.PASS: (

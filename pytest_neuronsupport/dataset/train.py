@@ -12,7 +12,8 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import TRAIN_DATA
-from pytest_neuronsupport.dataset.table import RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.support import DEVICE_DOCS
+from pytest_neuronsupport.dataset.table import DEVICE_FIELDS, RUN_FIELDS, STACK_DOCS, Table
 
 __all__ = ["TRAIN", "TRAIN_COLUMN_DOCS", "TRAIN_SCHEMA"]
 
@@ -60,6 +61,9 @@ TRAIN_SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("graph_count", pa.int32()),
         pa.field("graph_breaks", pa.int32()),
         pa.field("graph_break_reasons", pa.list_(pa.field("element", pa.string()))),
+        # what the device and its runtime say of the check's compiled step (appended: older
+        # files load them null)
+        *DEVICE_FIELDS,
     ],
     metadata={"neuronsupport_schema": "train-1"},
 )
@@ -132,6 +136,7 @@ TRAIN_COLUMN_DOCS: Final[dict[str, str]] = {
     "graph_count": "Graphs dynamo compiled in the check's compiled step (backward included).",
     "graph_breaks": "Graph breaks dynamo took in the check's compiled step.",
     "graph_break_reasons": "The distinct graph-break reasons, each with its user frame.",
+    **DEVICE_DOCS,
 }
 """One sentence per column of :data:`TRAIN_SCHEMA`."""
 

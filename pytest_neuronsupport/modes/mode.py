@@ -130,6 +130,8 @@ def common_row(sweep: Sweep, spec: ModelSpec) -> dict[str, Any]:
         "compiler": compiler,
         "compiler_version": version,
         "dtype": s.dtype,
+        "fullgraph": s.device.fullgraph,
+        "lnc": s.device.lnc(),
         "tested_at": datetime.now(UTC).isoformat(),
         **sweep.stack,
     }

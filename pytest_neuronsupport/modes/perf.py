@@ -23,6 +23,7 @@ from pytest_neuronsupport import pricing
 from pytest_neuronsupport.dataset.durable import atomic_write_text
 from pytest_neuronsupport.dataset.perf import PERF
 from pytest_neuronsupport.dataset.support import SUPPORT
+from pytest_neuronsupport.dataset.table import DEVICE_FIELDS
 from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.modes.mode import Script, common_row, trains
 from pytest_neuronsupport.peaks import documented as documented_peaks
@@ -47,6 +48,9 @@ UNITS = {
     "decoder": ("output tokens/s", "per 1M tokens"),
     "encoder-decoder": ("tokens/s", "per 1M tokens"),
 }
+#: What a benchmark's device and runtime say of its run (the rest of :data:`DEVICE_FIELDS`,
+#: ``fullgraph`` and ``lnc``, are the sweep's and in every row already).
+DEVICE_SAID = frozenset(f.name for f in DEVICE_FIELDS) - {"fullgraph", "lnc"}
 #: The support results after which a model is benchmarked: it ran.
 BENCHED = (Result.PASS, Result.FAIL_OUTPUT)
 #: A figure is flagged ``wide_interval`` when its confidence interval is wider than this
@@ -243,6 +247,8 @@ class Perf:
         script = folder / "perf.py"
         outcome = execute(sweep, text, script, config.replicas, spec.packages, config.key)
         verdict = outcome.verdict
+        # what the device's runtime said of the run (the operators on the CPU...), whatever
+        fields.update({k: v for k, v in (verdict or {}).items() if k in DEVICE_SAID})
         if verdict is None or outcome.timed_out or outcome.reason or verdict["result"] != "PASS":
             ran = classify.ran(outcome)
             fields.update({k: ran.get(k) for k in ("result", "notes", "error", "wall_s")})
