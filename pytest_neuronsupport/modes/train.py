@@ -199,9 +199,10 @@ class Train:
 
 
 def memory_gb(s: Settings) -> float | None:
-    """The search's memory cap: the core's memory, enforced on the CPU only (an accelerator
-    runs out of its own memory)."""
-    return s.core_capacity_gb if s.device.name == "cpu" else None
+    """The search's memory cap: the core's memory (``--neuron-core-memory``, else the
+    device's), where the device's training ops hold a trial to it (the CPU: an address-space
+    limit; Neuron: TorchNeuron's allocator's peak); None: the device's own memory (CUDA)."""
+    return s.core_capacity_gb if s.device.caps_training_memory else None
 
 
 def train_params(

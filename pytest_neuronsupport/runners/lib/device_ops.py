@@ -142,6 +142,9 @@ class CpuTrainOps(CpuOps):
 
     base = 0
 
+    def held_to_cap(self) -> None:
+        """Past the cap the allocator raised already (the limit is the kernel's)."""
+
     def limit_memory(self, gb: float | None) -> None:
         """Let the process map at most ``gb`` more (RLIMIT_AS; None: no limit): past it
         torch's allocator raises instead of the kernel killing the process. Before the cap,
@@ -201,12 +204,32 @@ class CudaTrainOps(CudaOps):
     """A GPU for a training script: its own memory is the cap."""
 
     def limit_memory(self, gb: float | None) -> None: ...
+    def held_to_cap(self) -> None: ...
 
 
 class NeuronTrainOps(NeuronOps):
-    """A NeuronCore for a training script: its own memory is the cap."""
+    """A NeuronCore for a training script: the cap is held to TorchNeuron's own counter of the
+    memory its allocator handed out (``torch.neuron.max_memory_allocated()``, synchronized
+    first), the peak since the cap was set: TorchNeuron documents no per-process limit of its
+    allocator (as ``torch.cuda.set_per_process_memory_fraction``), so past the cap the trial
+    raises ``torch.OutOfMemoryError`` when its steps end (:meth:`held_to_cap`); past the core's
+    own memory the runtime raises first ("Failed to allocate ...")."""
 
-    def limit_memory(self, gb: float | None) -> None: ...
+    cap_gb: float | None = None
+
+    def limit_memory(self, gb: float | None) -> None:
+        self.cap_gb = gb
+        if gb is not None:
+            self.synchronize()
+            self.reset_peak()
+
+    def held_to_cap(self) -> None:
+        """Raise ``torch.OutOfMemoryError`` if the peak since the cap was set is past it."""
+        if self.cap_gb is not None and (peak := self.peak_gb()) > self.cap_gb:
+            raise torch.OutOfMemoryError(
+                f"out of memory under the cap: {peak:.3f} GB allocated on the NeuronCore "
+                f"(torch.neuron.max_memory_allocated), over {self.cap_gb:g} GB"
+            )
 
 
 def init_process_group(backend: str) -> None:

@@ -42,6 +42,7 @@ import torch
 import torch._dynamo
 import transformers
 from torch.overrides import TorchFunctionMode
+from transformers.loss.loss_utils import LOSS_MAPPING
 
 from pytest_neuronsupport.runners.lib.backend import compile_imports
 from pytest_neuronsupport.runners.lib.compare import ACCURACY_FLOOR_EPS, ACCURACY_MULTIPLE, held
@@ -70,7 +71,12 @@ OBJECTIVES = (
     ("ForMaskedLM", "masked-lm", "AutoModelForMaskedLM"),
     ("ForSequenceClassification", "classification", "AutoModelForSequenceClassification"),
 )
-#: What an out-of-memory says, whoever raises it (torch's CPU allocator, CUDA, the runtime).
+#: What an out-of-memory says, whoever raises it (torch's CPU allocator, CUDA, the runtime):
+#: the Neuron runtime's ``Failed to allocate 4.000GB (alignment: none, usage: tensors) on ND
+#: 0:NC 4`` (AWS Neuron docs, "Neuron Device Memory", neuron-runtime/explore/device-memory.rst,
+#: its out-of-memory section) and neuronx-cc's NCC_EOOM001/NCC_EOOM002 "The combined memory
+#: needed for the model tensors exceeds the high-bandwidth memory limit" (compiler/error-codes/
+#: EOOM001.rst, EOOM002.rst: a graph that cannot fit the core's HBM does not compile).
 OUT_OF_MEMORY = (
     "out of memory",
     "defaultcpuallocator",
@@ -78,6 +84,9 @@ OUT_OF_MEMORY = (
     "bad_alloc",
     "resource_exhausted",
     "memoryerror",
+    "failed to allocate",
+    "high-bandwidth memory limit",
+    "ncc_eoom",
 )
 LEARNING_RATE = 1e-3
 #: What a compiled trial imports before its cap, beside what compiling under its backend does
@@ -237,6 +246,7 @@ def train_steps(params: dict[str, Any], ops: Any, auto_class: Any, batch: Any) -
         one_step(model, batch, params["device"], autocast_dtype(params), optimizer)
     ops.synchronize()
     done = time.perf_counter()
+    ops.held_to_cap()  # where the cap is not the allocator's own, its peak against it
     return {"load_s": loaded - started, "first_step_s": warm - loaded, "steps_s": done - warm}
 
 
@@ -271,13 +281,20 @@ def load_model(
     dtype: Any = torch.float32,
 ) -> Any:
     """The model in ``dtype`` (fp32; the check's reference: float64) on ``device``; in eval mode
-    unless asked (no dropout: the check's steps compute the same function)."""
+    unless asked (no dropout: the check's steps compute the same function).
+
+    Its loss named after the auto class that loads it (``ForCausalLM``...) where transformers
+    cannot tell it from the class's name (``GPT2LMHeadModel``): it would fall back to that same
+    loss, but warn from inside every compiled step, a graph break of the harness's choice of
+    objective (under ``fullgraph=True``, the step's failure), not of the compiler."""
     model = auto_class.from_pretrained(
         params["checkpoint"],
         revision=params.get("revision"),
         dtype=dtype,
         trust_remote_code=False,
     ).to(device)
+    if getattr(model, "loss_type", None) not in LOSS_MAPPING:
+        model.loss_type = auto_class.__name__.removeprefix("AutoModel")
     return model.train() if train_mode else model.eval()
 
 
