@@ -497,3 +497,24 @@ def test_pairs_that_tested_the_same_models_list_nothing_apart(
     shown = page_dashboard(board, {})
     assert shown["apart"] == [] and shown["compared"] is True
     assert "tested in only one" not in dashboard_report(results)
+
+
+def test_pairs_of_different_fullgraph_policies_are_warned_of(tmp_path: Path) -> None:
+    """A Neuron pair (fullgraph=True) beside a CPU one: the report, the JSON's columns and the
+    page's tab say so; the module fixture's pairs, which do not record it, say nothing."""
+    neuron: dict[str, Any] = {"compiler": "neuronxcc", "compiler_version": "2.33.0"}
+    rows = [
+        result_row("org/a", fullgraph=False),
+        result_row("org/a", "FAIL(gen)", fullgraph=True, **neuron),
+    ]
+    results = write_results(tmp_path / "results", rows)
+    board = dashboard(results)
+    assert [c.fullgraph for c in board.columns] == [False, True]
+    assert board.warning is not None and "fullgraph=True: neuronxcc-2.33.0 / " in board.warning
+    assert f"\n\n{board.warning}\n" in dashboard_report(results)
+    assert [c["fullgraph"] for c in json.loads(dashboard_report(results, "json"))] == [False, True]
+    assert page_dashboard(board, {})["warning"] == board.warning
+
+
+def test_pairs_that_do_not_record_their_policy_are_not_warned_of(board: Dashboard) -> None:
+    assert board.warning is None and page_dashboard(board, {})["warning"] is None

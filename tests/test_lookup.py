@@ -208,3 +208,30 @@ def test_diff_says_which_side_of_the_float64_check_moved_for_a_new_output_failur
     assert found["zoo:still"].moved == ""
     text = format_changes(diff(tmp_path / "r", OLD, NEW), OLD, NEW, "text")
     assert "  moved: the device's error to fp64 grew, 0.004 -> 0.02" in text.splitlines()
+
+
+def test_diff_warns_when_the_pairs_compiled_under_different_fullgraph_policies(
+    tmp_path: Path,
+) -> None:
+    """A Neuron pair (fullgraph=True) against a CPU one: a model whose graph breaks fails on
+    one and passes on the other, so the diff says the policies differ, in every format (on
+    stderr beside a table); pairs of one policy, or that do not record it, get no warning."""
+    neuron = "neuronxcc-2.33.0/transformers-5.24.0"
+    rows = [
+        result_row("zoo:breaks", fullgraph=False),
+        result_row("zoo:same", fullgraph=False),
+        result_row("zoo:breaks", "FAIL(gen)", compiler="neuronxcc", compiler_version="2.33.0"),
+        result_row("zoo:same", compiler="neuronxcc", compiler_version="2.33.0", fullgraph=True),
+        result_row("zoo:same", compiler_version="2.9.0"),  # a file without the column
+    ]
+    results = write_results(tmp_path / "results", rows)
+    found = diff(results, NEW, neuron)
+    assert found.warning is not None
+    assert f"fullgraph=True: {neuron}; fullgraph=False: {NEW}" in found.warning
+    text = format_changes(found, NEW, neuron, "text").splitlines()
+    assert text[1] == found.warning and text[2] == "zoo:breaks: PASS -> FAIL(gen)"
+    done = neuronsupport("diff", NEW, neuron, "--results", str(results), "--format", "json")
+    assert done.returncode == 0 and json.loads(done.stdout)[0]["model_id"] == "zoo:breaks"
+    assert done.stderr.strip() == found.warning
+    assert diff(results, OLD, NEW).warning is None  # the older pair does not say
+    assert diff(results, NEW, NEW).warning is None

@@ -46,6 +46,8 @@ def _diff(args: argparse.Namespace) -> int:
 
     found = diff(results_dir(args), args.pair_a, args.pair_b)
     sys.stdout.write(format_changes(found, args.pair_a, args.pair_b, args.format))
+    if found.warning and args.format != "text":  # the text says it; a table's reader is told
+        print(found.warning, file=sys.stderr)
     return 0
 
 

@@ -187,6 +187,7 @@ def dashboard_report(results: Path, fmt: str = "text") -> str:
     if not board.columns:
         return f"no results under {Path(results) / DATA} or {Path(results) / PERF.folder}\n"
     lines = grid(board).lines()
+    lines += ["", board.warning] if board.warning else []
     lines += ["", "worst models (lookup MODEL shows a model's rows)"]
     for column in board.columns:
         named = [(key, column.worst[key]) for key in WORST_OF if column.worst[key]]
@@ -308,6 +309,7 @@ def page_dashboard(board: Dashboard, index_of: Mapping[tuple[str, str], int]) ->
         ],
         "worst": [_page_worst(column, index_of) for column in board.columns],
         "compared": any(column.versus is not None for column in board.columns),
+        "warning": board.warning,
         "apart": [
             _page_apart(column.versus, column.pair, index_of)
             for column in board.columns

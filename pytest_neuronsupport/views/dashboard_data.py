@@ -33,7 +33,12 @@ from pytest_neuronsupport.views.dashboard_types import (
     Versus,
     Worst,
 )
-from pytest_neuronsupport.views.lookup import natural_key, split_models
+from pytest_neuronsupport.views.lookup import (
+    fullgraph_of,
+    fullgraph_warning,
+    natural_key,
+    split_models,
+)
 
 __all__ = ["dashboard"]
 
@@ -334,6 +339,8 @@ def dashboard(results: Path) -> Dashboard:
         figures[label] = _pair_figures(rows, bench)
         before = last.get(_compiler(label))
         previous = None if before is None else (before, figures[before])
-        columns.append(_column(label, figures[label], previous))
+        column = _column(label, figures[label], previous)
+        columns.append(replace(column, fullgraph=fullgraph_of(rows)))
         last[_compiler(label)] = label
-    return Dashboard(tuple(columns), figures)
+    warning = fullgraph_warning({column.pair: column.fullgraph for column in columns})
+    return Dashboard(tuple(columns), figures, warning)

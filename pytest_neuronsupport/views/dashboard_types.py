@@ -149,6 +149,8 @@ class Column:
     worst: dict[str, list[Worst]] = field(default_factory=dict)
     versus: Versus | None = None
     """The comparison with :attr:`previous`; None for a compiler's first pair."""
+    fullgraph: bool | None = None
+    """The pair's ``fullgraph`` policy, as its rows record it (None: they do not say)."""
 
 
 @dataclass(frozen=True)
@@ -158,3 +160,5 @@ class Dashboard:
     columns: tuple[Column, ...]
     figures: dict[str, dict[str, ModelFigures]]
     """Pair label → model id → its figures there."""
+    warning: str | None = None
+    """Said when the pairs compiled under different ``fullgraph`` policies."""

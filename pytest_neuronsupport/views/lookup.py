@@ -39,6 +39,8 @@ __all__ = [
     "Split",
     "diff",
     "format_changes",
+    "fullgraph_of",
+    "fullgraph_warning",
     "latest_rows",
     "lookup",
     "natural_key",
@@ -235,15 +237,44 @@ def moved(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return "; ".join(said)
 
 
+def fullgraph_of(rows: Iterable[Mapping[str, Any]]) -> bool | None:
+    """A pair's ``fullgraph`` policy: the one value its rows record (None: none records one,
+    as files written before the column existed, or they differ)."""
+    said = {row.get("fullgraph") for row in rows} - {None}
+    return bool(said.pop()) if len(said) == 1 else None
+
+
+def fullgraph_warning(policies: Mapping[str, bool | None]) -> str | None:
+    """A warning when pairs (label → its :func:`fullgraph_of`) compiled under different
+    ``fullgraph`` policies (a Neuron pair against a CPU or CUDA one): a graph break fails a
+    model under ``True`` and passes under ``False``, so a change between them may be the
+    policy's, not the compiler's. None when they agree, or where a pair does not say."""
+    known = {label: policy for label, policy in policies.items() if policy is not None}
+    if len(set(known.values())) < 2:
+        return None
+    under = {
+        flag: ", ".join(p for p, policy in known.items() if policy is flag)
+        for flag in known.values()
+    }
+    return (
+        f"warning: the pairs compiled under different fullgraph policies (fullgraph=True: "
+        f"{under[True]}; fullgraph=False: {under[False]}): a graph break fails a model under "
+        "fullgraph=True (FAIL(gen), FAIL(forward)) and passes under False, so a change between "
+        "them may be the policy's, not the compiler's"
+    )
+
+
 @dataclass(frozen=True)
 class Diff:
     """Two pairs compared like with like: the result changes over the models with a row in both
-    (:attr:`in_both` of them), and the models with a row in only one, listed apart."""
+    (:attr:`in_both` of them), and the models with a row in only one, listed apart; and a
+    :attr:`warning` when the two compiled under different ``fullgraph`` policies."""
 
     in_both: int
     changes: list[Change]
     only_a: list[Change]
     only_b: list[Change]
+    warning: str | None = None
 
     def records(self) -> list[dict[str, Any]]:
         """Every entry as a record: the changes, then the models only in a, then only in b;
@@ -272,11 +303,13 @@ def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
     rows_b = latest_rows(results, resolve_pair(results, pair_b))
     split = split_models(rows_a, rows_b)
     changes = [_change(m, rows_a[m], rows_b[m]) for m in split.both]
+    policies = {pair_a: fullgraph_of(rows_a.values()), pair_b: fullgraph_of(rows_b.values())}
     return Diff(
         in_both=len(split.both),
         changes=[c for c in changes if c.result_a != c.result_b],
         only_a=[_change(m, rows_a[m], None) for m in split.only_a],
         only_b=[_change(m, None, rows_b[m]) for m in split.only_b],
+        warning=fullgraph_warning(policies) if pair_a != pair_b else None,
     )
 
 
@@ -300,7 +333,8 @@ def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
         return out.getvalue()
     lines = [
         f"{len(found.changes)} model(s) differ between {pair_a} (a) and {pair_b} (b), "
-        f"over the {found.in_both} model(s) in both"
+        f"over the {found.in_both} model(s) in both",
+        *([found.warning] if found.warning else []),
     ]
     for c in found.changes:
         lines.append(f"{c.model_id}: {c.result_a} -> {c.result_b}")
