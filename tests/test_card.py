@@ -27,7 +27,7 @@ CELL_SPLIT = re.compile(r"(?<!\\)\|")
 def sample_results(results: Path) -> Path:
     """Three pairs (two compilers, two library versions), every result, a hook's column."""
     rows = [
-        result_row("zoo:llama"),
+        result_row("zoo:llama", compiled=False),  # a PASS that compiled nothing
         result_row("zoo:gpt2", "FAIL(gen)"),
         result_row("zoo:bert", "EXCLUDED", exclusion="too-large"),
         result_row("zoo:t5", "FAIL(output)", library_version="5.25.0"),
@@ -177,15 +177,18 @@ def test_pairs_are_listed_with_counts_per_result(tmp_path: Path) -> None:
     _, body = split_card(card_text(results))
     pairs = table_rows(body, "config")
     others = [result.value for result in Result if result is not Result.PASS]
-    assert pairs[0] == ["config", "file", "rows", "PASS", "PASS unchecked", *others]
+    header = ["config", "file", "rows", "PASS", "PASS unchecked", "PASS compiled nothing"]
+    assert pairs[0] == [*header, *others]
     counts = {(row[0], row[1]): row[2:] for row in pairs[1:]}
-    # columns: rows, PASS, PASS unchecked, FAIL(load|gen|forward|train|output|other), EXCLUDED
+    # columns: rows, PASS, PASS unchecked, PASS compiled nothing, FAIL(load|gen|forward|train|
+    # output|other), EXCLUDED
     assert counts == {
-        ("`aot_eager-2.13.0`", "`transformers-5.24.0.parquet`"): list("4111010010"),
-        ("`inductor-2.13.0`", "`transformers-5.24.0.parquet`"): list("3100100001"),
-        ("`inductor-2.13.0`", "`transformers-5.25.0.parquet`"): list("1000000100"),
+        ("`aot_eager-2.13.0`", "`transformers-5.24.0.parquet`"): list("41101010010"),
+        ("`inductor-2.13.0`", "`transformers-5.24.0.parquet`"): list("31010100001"),
+        ("`inductor-2.13.0`", "`transformers-5.25.0.parquet`"): list("10000000100"),
     }
     assert "Of the 2 `PASS` rows, 1 compared their output with nothing" in body
+    assert "and 1 compiled nothing (`compiled` = false" in body
 
 
 def test_the_support_matrix_by_architecture_is_the_coverage_commands(tmp_path: Path) -> None:

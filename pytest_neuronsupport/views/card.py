@@ -32,6 +32,7 @@ from pytest_neuronsupport.dataset.support import (
     SCHEMA,
     SCHEMA_VERSION,
 )
+from pytest_neuronsupport.pipeline.classify import COMPILED_NOTHING, compiled_nothing
 from pytest_neuronsupport.runners.lib.protocol import Result
 from pytest_neuronsupport.views.coverage import coverage
 
@@ -108,6 +109,11 @@ class _Pair:
         self.unchecked = sum(
             r == Result.PASS and c == "none" for r, c in zip(results, checked, strict=True)
         )
+        compiled = table.column("compiled").to_pylist()
+        self.compiled_nothing = sum(
+            compiled_nothing({"result": r, "compiled": c})
+            for r, c in zip(results, compiled, strict=True)
+        )
         self.extras = {f.name: str(f.type) for f in table.schema if f.name not in SCHEMA.names}
         self.first_id = next(iter(table.column("model_id").to_pylist()), None)
         shared = table.column("compile_cache").to_pylist()
@@ -158,7 +164,9 @@ def _results_section(pairs: list[_Pair]) -> list[str]:
         "",
         f"Of the {total[Result.PASS.value]} `PASS` rows, {sum(p.unchecked for p in pairs)} "
         "compared their output with nothing (`checked_by` = `none`: no CPU reference, no "
-        "judge; the reason ends `notes`).",
+        "judge; the reason ends `notes`), and "
+        f"{sum(p.compiled_nothing for p in pairs)} compiled nothing (`compiled` = false: the "
+        f"model ran as it is, not a compiler `PASS`; `{COMPILED_NOTHING}`).",
     ]
 
 
@@ -166,7 +174,15 @@ def _pairs_section(pairs: list[_Pair]) -> list[str]:
     if not pairs:
         return ["## Pairs", "", "No results yet: `data/` holds no parquet file."]
     others = [result.value for result in Result if result is not Result.PASS]
-    header = ("config", "file", "rows", Result.PASS.value, "PASS unchecked", *others)
+    header = (
+        "config",
+        "file",
+        "rows",
+        Result.PASS.value,
+        "PASS unchecked",
+        COMPILED_NOTHING,
+        *others,
+    )
     rows: list[tuple[object, ...]] = [
         (
             _code(pair.folder),
@@ -174,6 +190,7 @@ def _pairs_section(pairs: list[_Pair]) -> list[str]:
             pair.rows,
             pair.results[Result.PASS.value],
             pair.unchecked,
+            pair.compiled_nothing,
             *(pair.results[result] for result in others),
         )
         for pair in pairs
