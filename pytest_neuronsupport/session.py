@@ -43,6 +43,7 @@ from pytest_neuronsupport import (
 from pytest_neuronsupport import modes as modes_
 from pytest_neuronsupport.baseline import Baseline, Comparison
 from pytest_neuronsupport.collect import ModelItem, ModelListFile
+from pytest_neuronsupport.dataset.files import recorded_devices
 from pytest_neuronsupport.dataset.journal import Journal
 from pytest_neuronsupport.dataset.layout import SHARDS, phases_dir, run_py_path
 from pytest_neuronsupport.dataset.merge import MergeReport, merge_journals
@@ -111,6 +112,10 @@ class SweepSession:
     @property
     def lanes(self) -> int:
         return self.settings.lanes
+
+    @property
+    def device_name(self) -> str:
+        return self.settings.device.name
 
     @cached_property
     def hub_cache(self) -> hub.CacheBound:
@@ -212,6 +217,7 @@ class SweepSession:
             raise pytest.UsageError(f"neuronsupport: --neuron-results {exc}") from None
         self.share_compile_cache()
         self.note_merge(merge_journals(self.settings.results))
+        self.refuse_other_devices()
         self.journal = Journal(self.settings.results)
 
     def share_compile_cache(self) -> None:
@@ -229,6 +235,21 @@ class SweepSession:
         for line in lines:
             if tr is not None:
                 tr.write_line(line, yellow="will not publish" in line)
+
+    def refuse_other_devices(self) -> None:
+        """One pair is one device: a sweep whose pair files hold rows of another device (a
+        Neuron sweep with a non-Neuron backend shares the CPU's pair name, ``aot_eager-<torch>``)
+        is refused before it runs, never mixing a CPU row and a Neuron row in one pair."""
+        device = self.settings.device.name
+        for table in {mode.table.name: mode.table for mode in self.modes}.values():
+            path = self.settings.results / table.folder / self.sweep.pair
+            other = recorded_devices(path) - {device}
+            if other:
+                raise pytest.UsageError(
+                    f"neuronsupport: {path} holds rows of device {', '.join(sorted(other))} and "
+                    f"this sweep runs on {device}: one pair is one device; give this sweep "
+                    "another --neuron-results"
+                )
 
     def finish(self, session: pytest.Session) -> None:
         assert self.journal is not None

@@ -179,7 +179,7 @@ def settings_from(config: pytest.Config) -> Settings:
     values = _Values(config)
     get = values.get
     try:
-        device = devices.resolve(get("device"))
+        device = devices.resolve(xdist.device(config) or get("device"))  # the controller's
         lists = values.lists()
     except (ModelListError, ValueError) as exc:
         raise pytest.UsageError(f"neuronsupport: {exc}") from None

@@ -23,6 +23,7 @@ from pytest_neuronsupport.runners.lib.processes import die_with_parent
 #: The keys of a worker's ``workerinput`` that this plugin fills.
 SWEEP_ID_KEY = "neuronsupport_sweep_id"
 SCHEDULING_KEY = "neuronsupport_scheduling"
+DEVICE_KEY = "neuronsupport_device"
 #: The xdist schedulers that send items one by one, whose start the order can set.
 DEALT = ("load", "worksteal")
 
@@ -69,12 +70,19 @@ def sweep_id(config: pytest.Config) -> str:
     return str(workerinput.get(SWEEP_ID_KEY) or uuid.uuid4().hex)
 
 
-def handed(config: pytest.Config, sweep: str) -> dict[str, Any]:
-    """What the controller hands each worker in its ``workerinput``: the sweep's id and the
-    controller's scheduling (its ``--dist`` and ``--maxschedchunk``)."""
+def device(config: pytest.Config) -> str | None:
+    """The device the controller resolved (``--neuron-device auto`` included), in a worker:
+    one sweep is one device (None: not a worker)."""
+    return getattr(config, "workerinput", {}).get(DEVICE_KEY)
+
+
+def handed(config: pytest.Config, sweep: str, device: str) -> dict[str, Any]:
+    """What the controller hands each worker in its ``workerinput``: the sweep's id, its
+    device (a worker does not resolve ``auto`` again: every row of a sweep is of one device)
+    and the controller's scheduling (its ``--dist`` and ``--maxschedchunk``)."""
     option = config.option
     scheduled = (getattr(option, "dist", "load"), getattr(option, "maxschedchunk", None))
-    return {SWEEP_ID_KEY: sweep, SCHEDULING_KEY: scheduled}
+    return {SWEEP_ID_KEY: sweep, DEVICE_KEY: device, SCHEDULING_KEY: scheduled}
 
 
 class Session(Protocol):
@@ -84,6 +92,8 @@ class Session(Protocol):
     def sweep_id(self) -> str: ...
     @property
     def lanes(self) -> int: ...
+    @property
+    def device_name(self) -> str: ...
     def start_prefetch(self, models: list[str]) -> None: ...
     def worker_died(self, nodeid: str, why: str, report: pytest.TestReport) -> None: ...
 
@@ -104,8 +114,9 @@ class XdistHooks:
         self.collected = False
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Hand each worker the sweep's id and the controller's scheduling."""
-        node.workerinput.update(handed(self.config, self.session.sweep_id))
+        """Hand each worker the sweep's id, its device and the controller's scheduling."""
+        session = self.session
+        node.workerinput.update(handed(self.config, session.sweep_id, session.device_name))
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller collects nothing: the first worker's collection is the sweep's."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport import cli, options
+from pytest_neuronsupport import cli, options, xdist
 from pytest_neuronsupport.modellist import default_lists, parse
 from pytest_neuronsupport.options import BY_NAME, OPTIONS
 from pytest_neuronsupport.settings import SETTING_OF, Settings, settings_from
@@ -160,6 +160,19 @@ def test_a_workers_settings_count_the_sweeps_workers(
     assert settings_from(config).workers == 1
     config.workerinput = {"workerid": "gw3", "workercount": 16}  # type: ignore[attr-defined]
     assert settings_from(config).workers == 16
+
+
+def test_a_worker_runs_on_the_device_its_controller_resolved(
+    pytester: pytest.Pytester, plain_environment: None
+) -> None:
+    """One sweep is one device: a worker is handed the controller's device (``auto``, resolved
+    once there) and does not resolve it again, so no worker's rows are of another device."""
+    config = pytester.parseconfig("--neuron-device", "auto")
+    assert settings_from(config).device.name == "cpu"  # here, auto is the CPU
+    handed = xdist.handed(config, "sweep", "cuda")
+    assert handed[xdist.DEVICE_KEY] == "cuda"
+    config.workerinput = {"workerid": "gw0", "workercount": 2, **handed}  # type: ignore[attr-defined]
+    assert settings_from(config).device.name == "cuda"
 
 
 def subparsers(

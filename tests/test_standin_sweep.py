@@ -19,6 +19,7 @@ import pytest
 
 from pytest_neuronsupport import devices, torchneuron
 from pytest_neuronsupport.cli import main as cli_main
+from tests.results_for_tests import result_row, write_results
 from tests.shared_sweeps import STANDIN, STANDIN_TOLD
 from tests.sweeping import Sweep, SweepRunner
 from tests.torchneuron_standin import BIN, PACKAGES, TORCH_NEURONX, standin_env
@@ -239,6 +240,23 @@ def test_a_torch_neuronx_that_registers_nothing_is_not_torchneuron(tmp_path: Pat
     assert "the 'neuron' dynamo backend" in problem
     env["PYTHONPATH"] = str(PACKAGES)
     assert torchneuron.registration_problem(env) is None  # the stand-in registers both
+
+
+def test_a_pair_holds_the_rows_of_one_device(sweep: SweepRunner, tmp_path: Path) -> None:
+    """A Neuron sweep under a non-Neuron backend names its pair as the CPU's would
+    (``aot_eager-<torch>``): where that pair holds CPU rows, it is refused before anything
+    runs, and the CPU's rows stay as they were."""
+    torch = devices.public_version(devices.package_version("torch") or "")
+    transformers = devices.package_version("transformers") or ""
+    pair = {"compiler": "aot_eager", "compiler_version": torch, "library_version": transformers}
+    write_results(sweep.results, [result_row("zoo:bert", **pair)])
+    env = standin_env(tmp_path / "standin")
+    done = sweep.run("zoo:bert", args=["--neuron-device", "neuron"], env=env)
+    assert done.result.ret == pytest.ExitCode.USAGE_ERROR, done.result.stdout.str()
+    said = done.result.stderr.str()
+    assert f"aot_eager-{torch}/transformers-{transformers}.parquet holds rows of device cpu" in said
+    assert "this sweep runs on neuron: one pair is one device" in said
+    assert done.rows["zoo:bert"]["device"] == "cpu" and len(done.rows) == 1
 
 
 def test_auto_picks_neuron_where_torchneuron_and_its_devices_are(

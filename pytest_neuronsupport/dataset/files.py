@@ -575,3 +575,14 @@ def find_row(
         return validate_row(record, table)
     except ValueError:
         return None
+
+
+def recorded_devices(path: Path) -> set[str]:
+    """The devices a pair file's rows ran on (its ``device`` column); none where there is no
+    such file, or a file of a table without the column."""
+    try:
+        if "device" not in pq.read_schema(path).names:
+            return set()
+        return set(pq.read_table(path, columns=["device"]).column("device").to_pylist()) - {None}
+    except FileNotFoundError:
+        return set()
