@@ -3,11 +3,15 @@ where a failure was raised (runners/lib/graphs.py), on small functions compiled 
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from pytest_neuronsupport.runners.lib.device_ops import CpuOps
+from pytest_neuronsupport.runners.lib.entry import attempt
 from pytest_neuronsupport.runners.lib.graphs import (
     GraphCount,
     break_reason,
@@ -156,3 +160,40 @@ def test_a_run_that_compiled_no_graph_says_so_whatever_the_device() -> None:
     params = {"backend": "eager"}
     assert attempt(params, lambda params, ops: {"result": Result.PASS}, CpuOps)["compiled"] is False
     assert attempt(params, compiling, CpuOps)["compiled"] is True
+
+
+def test_a_break_in_the_harness_sharding_is_the_harness_failure_not_the_models(
+    tmp_path: Path,
+) -> None:
+    """A model sharded with FSDP2 (what the expert-parallel runner once did: ``fully_shard``,
+    whose hooks are ``torch._dynamo.disable``d), compiled with ``fullgraph=True`` as on
+    Neuron: the break is raised from the harness's code, and the run's verdict says so
+    (FAIL(other), never the model's FAIL(gen)), while a break of the model's own code stays
+    the model's."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    def run(params: dict[str, Any], ops: Any, model: Any) -> dict[str, Any]:
+        with step("gen", Result.FAIL_GEN):
+            torch.compile(model, backend=params["backend"], fullgraph=True)(torch.ones(2, 4))
+        return {"result": Result.PASS}
+
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1
+    )
+    try:
+        sharded = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+        verdict = attempt({"backend": "eager"}, partial(run, model=sharded), CpuOps)
+        count = GraphCount("eager")
+        with pytest.raises(RunFailure) as raised:
+            run({"backend": count}, None, sharded)
+    finally:
+        dist.destroy_process_group()
+    where = count.fields(raised.value)["harness"]
+    assert where.startswith("torch/distributed/fsdp/_fully_shard/"), where
+    assert verdict["result"] == Result.FAIL_OTHER
+    assert verdict["notes"] == f"the harness's own graph break under fullgraph=True, at {where}"
+    assert verdict["error"].startswith(verdict["notes"]) and "Unsupported" in verdict["error"]
+    own = attempt({"backend": "eager"}, partial(run, model=breaks_twice), CpuOps)
+    assert own["result"] == Result.FAIL_GEN and own["notes"].startswith("graph break under")
+    assert "harness" not in own

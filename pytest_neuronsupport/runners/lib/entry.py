@@ -20,7 +20,12 @@ import torch
 from pytest_neuronsupport.runners.lib.graphs import GraphCount, failure_fields
 from pytest_neuronsupport.runners.lib.models import RunFailure
 from pytest_neuronsupport.runners.lib.processes import stacks_on_request
-from pytest_neuronsupport.runners.lib.protocol import PHASES, REFERENCE_ONLY_ENV, write_verdict
+from pytest_neuronsupport.runners.lib.protocol import (
+    PHASES,
+    REFERENCE_ONLY_ENV,
+    Result,
+    write_verdict,
+)
 from pytest_neuronsupport.runners.lib.ranks import RANK_VERDICT_ENV, launch_ranks
 from pytest_neuronsupport.runners.lib.warned import shown_not_raised
 
@@ -99,8 +104,11 @@ def attempt(params: dict[str, Any], run: Callable[..., Any], ops_class: type) ->
         verdict, failure = run({**params, "backend": count}, ops), None
     except RunFailure as exc:
         verdict, failure = {"result": exc.result, "error": exc.error, **failure_fields(exc)}, exc
-    said: dict[str, Any] = getattr(ops, "report", dict)()
+    said: dict[str, Any] = {**count.fields(failure), **getattr(ops, "report", dict)()}
     said["compiled"] = count.graphs > 0 and said.pop("graphs_run", None) != 0
+    if where := said.pop("harness", None):  # not the model's failure: the harness's own
+        said["notes"] = f"the harness's own graph break under fullgraph=True, at {where}"
+        said.update(result=Result.FAIL_OTHER, error=f"{said['notes']}\n{verdict['error']}")
     marks, utils = [*PHASES, ("", time.perf_counter())], torch._dynamo.utils
     times = dict(phases=marks, dynamo=utils.compilation_time_metrics, counters=utils.counters)
-    return None if verdict is None else {**verdict, **count.fields(failure), **said, **times}
+    return None if verdict is None else {**verdict, **said, **times}

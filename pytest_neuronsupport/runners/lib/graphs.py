@@ -17,6 +17,9 @@ from typing import Any
 
 from torch._dynamo.backends.registry import lookup_backend
 
+#: The code the harness puts around a model (its sharding's hooks, under site-packages): a graph
+#: break raised there is the harness's own failure, never the model's (FSDP2's disabled hooks).
+HARNESS = ("torch/distributed/", "transformers/distributed/", "accelerate/")
 #: Modules whose frames are not the compiler's: the run itself, the model's code, dynamo's
 #: tracing and the standard wrappers a compile goes through.
 NOT_COMPILER = tuple("__main__ transformers torch.nn torch._dynamo torch.utils contextlib".split())
@@ -40,13 +43,17 @@ class GraphCount:
 
     def fields(self, failure: BaseException | None) -> dict[str, Any]:
         """The row's ``graph_count``, ``graph_breaks``, ``graph_break_reasons`` (and ``notes``
-        when a break under ``fullgraph=True`` is the failure); nothing if nothing compiled."""
+        when a break under ``fullgraph=True`` is the failure, with ``harness``: where, when it
+        was raised in the harness's own code); nothing if nothing compiled."""
         breaks, notes = list(self.breaks), {}
         while failure is not None and type(failure).__name__ != "Unsupported":
             failure = failure.__cause__
         if failure is not None:
-            breaks.append(break_reason(str(failure), getattr(failure, "real_stack", None)))
+            breaks.append(break_reason(str(failure), stack := getattr(failure, "real_stack", [])))
             notes = {"notes": f"graph break under fullgraph=True: {breaks[-1]}"[:300]}
+            at = stack[-1].filename.rpartition("site-packages/")[2] if stack else ""
+            if at.startswith(HARNESS):  # raised in the harness's code: not the model's break
+                notes["harness"] = f"{at}:{stack[-1].lineno} in {stack[-1].name}"
         counts = {"graph_count": self.graphs, "graph_breaks": len(breaks), **notes}
         reasons = {"graph_break_reasons": list(dict.fromkeys(breaks))}
         return {**counts, **reasons} if self.graphs or breaks else {}
