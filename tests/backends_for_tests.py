@@ -54,7 +54,7 @@ def perturbing_backend_for_tests(
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             generator = torch.Generator().manual_seed(1234)
             noise = torch.randn(value.shape, generator=generator, dtype=torch.float32)
-            return value + (100.0 * noise).to(value.dtype)
+            return value + (100.0 * noise).to(value.device, value.dtype)
         if isinstance(value, (list, tuple)):
             return type(value)(perturb(v) for v in value)
         return value

@@ -144,6 +144,7 @@ def sweep_folder(
 HEAVIEST_FIRST = (
     "support",  # 300: the tiny list (the README's sweep), the fleet; it starts the timeouts' sweeps
     "real",  # ~250: SmolLM2 dequantized from its GGUF file, its bf16 reference and runs; MiniLM
+    "neuron-parity",  # ~230: the bundled lists through the stand-in TorchNeuron, and on the CPU
     "train-search",  # 190: the searches, then twice the cap
     "test_the_commands_of_a_page_run_as_written",  # 150: the pages, two at a time
     "reruns",  # ~120: 75 measured, then llama's eager sweep became inductor's, cold and warm

@@ -145,8 +145,8 @@ def _special(name):
 
 
 def _fallback(op, *args, **kwargs):
-    for record in RECORD:
-        record(op)
+    for record in RECORD:  # as the operator the model called (not its backend's overrideable)
+        record(_OVERRIDEABLE.get(op.name(), op))
     inf = _op_info.get(op)
     if inf is None:
         sch = op._schema
