@@ -130,6 +130,8 @@ EXPECTED_COLUMNS = (
     "core_s",
     "download_s",
     "compile_cache",
+    "fullgraph",
+    "lnc",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -964,7 +966,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     later = (
         *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
         *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s", *FP64_COLUMNS),
-        *("core_s", "download_s", "compile_cache"),
+        *("core_s", "download_s", "compile_cache", "fullgraph", "lnc"),
     )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"
@@ -983,6 +985,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     assert table.column("checked_by").to_pylist() == ["cpu"]
     assert table.column("core_s").to_pylist() == [None]
     assert table.column("compile_cache").to_pylist() == [None]
+    assert table.column("fullgraph").to_pylist() == table.column("lnc").to_pylist() == [None]
     new = row("zoo:new", minutes=1, architecture="LlamaForCausalLM", model_type="llama")
     append_rows(tmp_path, [(PAIR, new)])
     merge_journals(tmp_path)  # and the merge rewrites the file in the current schema
@@ -1516,3 +1519,47 @@ def test_upgrade_dataset_reports_an_unreadable_file_and_upgrades_the_others(
     assert len(report.problems) == 2
     assert str(damaged) in report.problems[0] and str(uncastable) in report.problems[1]
     assert damaged.read_bytes() == b"PAR1 damaged"
+
+
+#: What a Neuron run reports of itself (TorchNeuron's operators on the CPU, its metrics, its
+#: cache) and what the sweep says of its device, as a verdict carries them.
+NEURON_SAID: dict[str, Any] = {
+    "graphs_cached": 1,
+    "graphs_compiled": 2,
+    "compiled": True,
+    "cpu_ops": ["aten::argmax", "aten::rsqrt"],
+    "fallback_execution": False,
+    "backend_compile_s": 0.25,
+    "fullgraph": True,
+    "lnc": 2,
+}
+
+
+@pytest.mark.parametrize("name", ["support", "train", "perf"])
+def test_every_table_holds_what_every_device_reports(name: str, tmp_path: Path) -> None:
+    """A run's report on Neuron fits every table with its types (a row that cannot be
+    written is the model's FAIL(other): the training table once refused ``cpu_ops``, a
+    list), through the journal and the merge; the CPU's nulls too."""
+    from pytest_neuronsupport.dataset.table import DEVICE_FIELDS
+    from pytest_neuronsupport.dataset.tables import table_named
+    from pytest_neuronsupport.pipeline.classify import verdict_fields
+
+    table = table_named(name)
+    assert set(NEURON_SAID) == {f.name for f in DEVICE_FIELDS}
+    for field in DEVICE_FIELDS:
+        assert table.schema.field(field.name).type == field.type, field.name
+        assert table.docs[field.name] == SUPPORT.docs[field.name]
+    keys = {"model_id": "zoo:x", "seq_len": 128, "configuration": "b1-s16-dp1"}
+    keys = {k: v for k, v in keys.items() if k in table.key}  # the table's own key
+    fields = verdict_fields({"result": "PASS", **NEURON_SAID})
+    neuron = validate_row({**keys, **fields, "device": "neuron"}, table)
+    cpu = validate_row({**keys, "model_id": "zoo:y", "result": "PASS", "device": "cpu"}, table)
+    assert {k: neuron[k] for k in NEURON_SAID} == NEURON_SAID
+    assert not set(neuron) - set(table.schema.names)  # no extra column: every one typed
+    with Journal(tmp_path) as journal:
+        for each in (neuron, cpu):
+            journal.append(PAIR, each, table)
+    assert merge_journals(tmp_path).ok
+    written = {r["model_id"]: r for r in read_dataset(tmp_path, table=table).to_pylist()}
+    assert {k: written["zoo:x"][k] for k in NEURON_SAID} == NEURON_SAID
+    assert written["zoo:y"]["cpu_ops"] is None and written["zoo:y"]["lnc"] is None

@@ -26,10 +26,8 @@ def run(params: dict[str, Any], ops: Any) -> dict[str, Any]:
 
 
 def run_ranks(params: dict[str, Any], ops: Any) -> Any:  # None on ranks but 0
-    """Several cores: the experts split among the ranks, every other weight on each rank whole
-    (transformers' expert-parallel plan alone: ``tp_plan={}`` with ``ep_size == tp_size``, no
-    FSDP, whose hooks dynamo does not trace); each rank runs its experts on the whole batch, and
-    an all-reduce sums their outputs."""
+    """Several cores: each rank holds its share of the experts, every other weight whole
+    (transformers' expert plan alone: no FSDP, whose hooks dynamo does not trace)."""
     world = int(os.environ["WORLD_SIZE"])
     sharding = {"tp_size": world, "tp_plan": {}, "ep_size": world}
     return generate_on_ranks(params, ops, decoder(params), sharding)

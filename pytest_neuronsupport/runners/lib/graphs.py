@@ -43,8 +43,8 @@ class GraphCount:
 
     def fields(self, failure: BaseException | None) -> dict[str, Any]:
         """The row's ``graph_count``, ``graph_breaks``, ``graph_break_reasons`` (and ``notes``
-        when a break under ``fullgraph=True`` is the failure, with ``harness``: where, when it
-        was raised in the harness's own code); nothing if nothing compiled."""
+        when a break under ``fullgraph=True`` is the failure; ``harness``: where, if it was the
+        harness's own code); nothing if nothing compiled."""
         breaks, notes = list(self.breaks), {}
         while failure is not None and type(failure).__name__ != "Unsupported":
             failure = failure.__cause__
