@@ -15,7 +15,14 @@ from typing import Final
 import pyarrow as pa
 
 from pytest_neuronsupport.dataset.layout import DATA
-from pytest_neuronsupport.dataset.table import DEVICE_FIELDS, RUN_FIELDS, STACK_DOCS, Table
+from pytest_neuronsupport.dataset.table import (
+    DEVICE_FIELDS,
+    POLICY_FIELDS,
+    RUN_FIELDS,
+    RUNTIME_FIELDS,
+    STACK_DOCS,
+    Table,
+)
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 __all__ = [
@@ -86,13 +93,10 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         # where the time went, and the compile cache's part in it (appended: older files load
         # them null)
         *(pa.field(name, pa.float64()) for name in PHASE_COLUMNS),
-        pa.field("graphs_cached", pa.int32()),
-        pa.field("graphs_compiled", pa.int32()),
-        # what the compiler did and did not do (appended: older files load them null)
-        pa.field("compiled", pa.bool_()),
-        pa.field("cpu_ops", pa.list_(pa.field("element", pa.string()))),
-        pa.field("fallback_execution", pa.bool_()),
-        pa.field("backend_compile_s", pa.float64()),
+        # the compile cache's counts (graphs_cached, graphs_compiled), what the compiler did
+        # and did not do (compiled, cpu_ops, fallback_execution, backend_compile_s; appended:
+        # older files load them null)
+        *RUNTIME_FIELDS,
         # the output check's numbers against float64 (appended: older files load them null)
         *(pa.field(name, pa.float64()) for name in FP64_COLUMNS),
         # the device's cores held, times the seconds (appended: older files load it null)
@@ -102,8 +106,7 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         # the bucket its compile cache was shared through (appended: older files load it null)
         pa.field("compile_cache", pa.string()),
         # the device's policy and configuration (appended: older files load them null)
-        pa.field("fullgraph", pa.bool_()),
-        pa.field("lnc", pa.int32()),
+        *POLICY_FIELDS,
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )

@@ -31,6 +31,8 @@ from pytest_neuronsupport.runners.lib.protocol import Result
 __all__ = [
     "DEVICE_FIELDS",
     "DEVICE_NAMES",
+    "POLICY_FIELDS",
+    "RUNTIME_FIELDS",
     "RUN_FIELDS",
     "STACK_COLUMNS",
     "STACK_DOCS",
@@ -67,20 +69,27 @@ RUN_FIELDS: Final[tuple[pa.Field, ...]] = (
 """The columns every table has about its run, in this order: the stack, when, the script, the
 device, the backend and the compiler."""
 
-DEVICE_FIELDS: Final[tuple[pa.Field, ...]] = (
+RUNTIME_FIELDS: Final[tuple[pa.Field, ...]] = (
     pa.field("graphs_cached", pa.int32()),
     pa.field("graphs_compiled", pa.int32()),
     pa.field("compiled", pa.bool_()),
     pa.field("cpu_ops", pa.list_(pa.field("element", pa.string()))),
     pa.field("fallback_execution", pa.bool_()),
     pa.field("backend_compile_s", pa.float64()),
+)
+"""What a run's compile cache and runtime say of it (TorchNeuron's op tracking and compile
+metrics, inductor's or the NEFF cache's counts)."""
+
+POLICY_FIELDS: Final[tuple[pa.Field, ...]] = (
     pa.field("fullgraph", pa.bool_()),
     pa.field("lnc", pa.int32()),
 )
-"""What the device and its runtime say of a run (TorchNeuron's op tracking and compile metrics,
-the compile cache, the device's ``fullgraph`` policy and logical core configuration): columns
-of every built-in table, with these types, so that a row of any mode on any device can be
-written (the support table has them where they were added; the others at their end)."""
+"""The device's ``fullgraph`` policy, and the logical core configuration of its cores."""
+
+DEVICE_FIELDS: Final[tuple[pa.Field, ...]] = (*RUNTIME_FIELDS, *POLICY_FIELDS)
+"""What the device and its runtime say of a run: columns of every built-in table, with these
+types, so that a row of any mode on any device can be written (the support table has them
+where they were added; the others at their end)."""
 
 DEVICE_NAMES: Final = ("neuron", "cuda", "cpu")
 """Allowed values of the ``device`` column (or null)."""
