@@ -164,7 +164,8 @@ def test_an_unknown_runner_name_in_a_list_names_the_known_ones(sweep: SweepRunne
     sweep.makeconftest(textwrap.dedent(ADD_A_RUNNER))
     (sweep.path / "next_token_runner.py").write_text(RUNNER_MODULE)
     done = sweep.run({"id": "zoo:llama", "runner": "nope"})
-    done.result.stdout.fnmatch_lines(["*unknown runner 'nope' (known: *next_token)*"])
+    assert done.result.ret == pytest.ExitCode.USAGE_ERROR
+    done.result.stderr.fnmatch_lines(["*unknown runner 'nope' (known: *next_token)*"])
 
 
 def test_a_runner_named_by_an_entry_point_is_used(
