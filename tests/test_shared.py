@@ -133,8 +133,9 @@ def test_a_split_written_once_is_what_every_machine_reads(s3: Any) -> None:
     assert first == second == '{"first": true}'
 
 
-#: Row for row, timings aside (and run.py's text, which names each machine's checkpoint path).
-COMPARED = ("result", "runner", "neuron_cores", "cpu_match", "exclusion", "task", "compiler")
+#: Row for row, timings aside (and run.py's text, which names each machine's checkpoint path;
+#: and the compiler: the one machine's is the README's inductor, the fleet's aot_eager).
+COMPARED = ("result", "runner", "neuron_cores", "cpu_match", "exclusion", "task", "device")
 
 
 @pytest.mark.slow
@@ -197,6 +198,7 @@ def test_three_shards_into_s3_with_one_killed_and_retried_equal_one_machine(
     assert set(fleet) == set(models)
     for model in models:
         assert {c: fleet[model][c] for c in COMPARED} == {c: alone.row(model)[c] for c in COMPARED}
+        assert fleet[model]["compiler"] == "aot_eager"
     assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="fleet/published/").get("Contents")
     pair = pair_of({**alone.row(models[0])})
     assert s3.head_object(Bucket=BUCKET, Key=f"fleet/data/{pair}")["ContentLength"] > 0

@@ -110,11 +110,14 @@ def test_graph_breaks_are_recorded_and_held_against_the_baseline(tiny_sweep: Swe
     assert runner is not None
     expected = runner.path / "expected.toml"
     expected.write_text(
-        'pair = "aot_eager"\n[expected]\n"zoo:llava" = { result = "PASS", graph_breaks = 0 }\n',
+        'pair = "inductor"\n[expected]\n"zoo:llava" = { result = "PASS", graph_breaks = 0 }\n',
         encoding="utf-8",
     )
-    done = runner.run(
-        "zoo:llava", args=["--neuron-baseline", str(expected)], list_name="llava.toml"
+    done = runner.run(  # the tiny list's backend (inductor, the default): llava's run.py is the same
+        "zoo:llava",
+        backend="inductor",
+        args=["--neuron-baseline", str(expected)],
+        list_name="llava.toml",
     )
     done.result.assert_outcomes(skipped=1)
     assert done.result.ret == 1
