@@ -113,7 +113,8 @@ def test_graph_breaks_are_recorded_and_held_against_the_baseline(tiny_sweep: Swe
         'pair = "inductor"\n[expected]\n"zoo:llava" = { result = "PASS", graph_breaks = 0 }\n',
         encoding="utf-8",
     )
-    done = runner.run(  # the tiny list's backend (inductor, the default): llava's run.py is the same
+    # the tiny list's backend (inductor, the default): llava's run.py is the same
+    done = runner.run(
         "zoo:llava",
         backend="inductor",
         args=["--neuron-baseline", str(expected)],
