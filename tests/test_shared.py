@@ -200,7 +200,7 @@ def test_three_shards_into_s3_with_one_killed_and_retried_equal_one_machine(
         assert {c: fleet[model][c] for c in COMPARED} == {c: alone.row(model)[c] for c in COMPARED}
         assert fleet[model]["compiler"] == "aot_eager"
     assert not s3.list_objects_v2(Bucket=BUCKET, Prefix="fleet/published/").get("Contents")
-    pair = pair_of({**alone.row(models[0])})
+    pair = pair_of(fleet[models[0]])
     assert s3.head_object(Bucket=BUCKET, Key=f"fleet/data/{pair}")["ContentLength"] > 0
 
 

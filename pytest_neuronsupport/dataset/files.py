@@ -579,10 +579,11 @@ def find_row(
 
 def recorded_devices(path: Path) -> set[str]:
     """The devices a pair file's rows ran on (its ``device`` column); none where there is no
-    such file, or a file of a table without the column."""
+    such file, a file of a table without the column, or a file that cannot be read (the merge
+    reports it and leaves it untouched)."""
     try:
         if "device" not in pq.read_schema(path).names:
             return set()
         return set(pq.read_table(path, columns=["device"]).column("device").to_pylist()) - {None}
-    except FileNotFoundError:
+    except (OSError, pa.ArrowException):
         return set()
