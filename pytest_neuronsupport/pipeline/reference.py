@@ -26,7 +26,9 @@ from pytest_neuronsupport.pipeline.runcode import module_source
 from pytest_neuronsupport.runners.lib.protocol import reference_key
 
 #: Bump when what a reference file holds changes.
-REFERENCE_FORMAT = 5  # 3: float64 and eager outputs; 4: encoders' at every position; 5: its key
+#: 3: float64 and eager outputs; 4: encoders' at every position; 5: its key; 6: a half dtype's
+#: eager run rounded at each operation, and what computed the reference (``info``).
+REFERENCE_FORMAT = 6
 
 
 def reference_file(

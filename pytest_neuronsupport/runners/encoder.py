@@ -34,6 +34,7 @@ from pytest_neuronsupport.runners.lib.reference import (
     reference_only,
     reference_pass,
 )
+from pytest_neuronsupport.runners.lib.rounding import eager_outputs
 
 RUNNER = Runner(
     name="encoder",
@@ -260,7 +261,8 @@ def encode(tokenizer: Any, *texts: str) -> dict[str, torch.Tensor]:
 
 def cpu_reference(params: dict[str, Any], cls: Any, forward: Any) -> dict[str, Any]:
     """The CPU's outputs (``forward(model)``, on the CPU) in fp32 (twice: are they
-    reproducible?), in bf16 (where it fails, ``cpu_bf16_failed`` says why: the device is held to
+    reproducible?), in bf16 (rounded as the dtype defines it, the same on every host:
+    :func:`eager_outputs`; where it fails, ``cpu_bf16_failed`` says why: the device is held to
     fp32 alone), and in float64 and eagerly in the run's dtype (:func:`exact_reference`)."""
     model = load_pretrained(cls, params, "float32", "cpu")
     fp32, again = (forward(model) for _ in range(2))
@@ -268,7 +270,10 @@ def cpu_reference(params: dict[str, Any], cls: Any, forward: Any) -> dict[str, A
     info["reference_max_difference"] = float((fp32 - again).abs().max()) if fp32.numel() else 0.0
     have, model = {"float32": fp32}, None
     try:  # optional: a model that cannot run in bf16 on the CPU (DeBERTa v1) is held to fp32
-        have["bfloat16"] = bf16 = forward(load_pretrained(cls, params, "bfloat16", "cpu"))
+        bf16_model = load_pretrained(cls, params, "bfloat16", "cpu")
+        bf16, info["eager_native_ops"] = eager_outputs(forward, bf16_model, "bfloat16")
+        have["bfloat16"] = bf16
     except Exception as exc:
         bf16, info["cpu_bf16_failed"] = fp32, f"held to fp32 alone: {exc!r}"[:300]
-    return {"fp32": fp32, "bf16": bf16, "info": info, **exact_reference(params, cls, forward, have)}
+    exact = exact_reference(params, cls, forward, have, info)
+    return {"fp32": fp32, "bf16": bf16, "info": info, **exact}

@@ -136,8 +136,8 @@ def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
     same_shape = scores.shape == scores_again.shape
     difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
     info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
-    runs = {"float32": (tokens, scores)}
-    exact = exact_reference(params, gen.model_class, lambda m: greedy(m, gen, "cpu"), runs)
+    runs, outputs = {"float32": (tokens, scores)}, lambda m: greedy(m, gen, "cpu")
+    exact = exact_reference(params, gen.model_class, outputs, runs, info)
     return {"tokens": tokens, "scores": scores, "info": info, **exact}
 
 

@@ -9,13 +9,21 @@ that does only that (:func:`reference_pass`), so the device's cores wait for no 
 (``python3 run.py`` by hand), every run computes its reference afresh.
 
 Besides the CPU fp32 run, a reference holds the outputs in float64 and eagerly in the device's
-own dtype (:func:`exact_reference`), from which the checks measure the noise they allow.
+own dtype (:func:`exact_reference`; in a half dtype rounded as the dtype defines it, the same on
+every host: :mod:`~pytest_neuronsupport.runners.lib.rounding`), from which the checks measure the
+noise they allow; and what computed it (:func:`reference_host`: the CPU, oneDNN's ISA, the
+threads, torch's and oneDNN's versions), which the row's ``reference_*`` columns say.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import platform
+import re
+import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +38,7 @@ from pytest_neuronsupport.runners.lib.protocol import (
     phase,
     reference_key,
 )
+from pytest_neuronsupport.runners.lib.rounding import eager_outputs
 
 
 class ReferenceFailed(Exception):
@@ -74,6 +83,7 @@ def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tupl
     except Exception as exc:
         miss = f"the file could not be read: {exc!r}"[:300]
     value, part = {**compute(), "key": key}, f"{path}.{os.getpid()}.tmp"
+    value["info"] = {**value.get("info", {}), **reference_host()}  # kept in the file with it
     if path:  # kept (replacing what was there), and its verdict says why it was computed
         torch.save(value, part)
         os.replace(part, path)
@@ -81,16 +91,58 @@ def cached_reference(params: dict[str, Any], compute: Callable[[], Any]) -> tupl
     return value, False
 
 
-def exact_reference(params: dict[str, Any], cls: Any, outputs: Any, have: Any) -> dict[str, Any]:
+def exact_reference(
+    params: dict[str, Any], cls: Any, outputs: Any, have: Any, info: dict[str, Any]
+) -> dict[str, Any]:
     """``outputs`` of the model (``cls``) on the CPU eagerly in the run's dtype (from ``have``,
-    by dtype, where the reference computed them already) and in float64: ``eager`` and ``fp64``;
-    or ``fp64_unavailable``, why not (the sweep's ``fp64_reference`` false: the host's memory
+    by dtype, where the reference computed them already; a half dtype rounded:
+    :func:`~pytest_neuronsupport.runners.lib.rounding.eager_outputs`, the operations it left to
+    the host's kernels in ``info``) and in float64: ``eager`` and ``fp64``; or
+    ``fp64_unavailable``, why not (the sweep's ``fp64_reference`` false: the host's memory
     cannot hold the model in float64; a pass that raised)."""
     if params.get("fp64_reference") is False:
         return {"fp64_unavailable": "the host's memory cannot hold the model in float64"}
-    load = functools.partial(load_pretrained, cls, params, device="cpu")
+    load, dtype = functools.partial(load_pretrained, cls, params, device="cpu"), params["dtype"]
     try:
-        eager = have[params["dtype"]] if params["dtype"] in have else outputs(load(params["dtype"]))
+        if dtype in have:
+            eager = have[dtype]
+        else:
+            eager, info["eager_native_ops"] = eager_outputs(outputs, load(dtype), dtype)
         return {"eager": eager, "fp64": outputs(load("float64"))}
     except Exception as exc:
         return {"fp64_unavailable": f"the eager or float64 CPU pass failed: {exc!r}"[:300]}
+
+
+def reference_host() -> dict[str, Any]:
+    """What computes the reference: the CPU's model, the ISA oneDNN uses on it (its own words;
+    ``ONEDNN_MAX_CPU_ISA`` caps it) and ATen's, torch's threads, torch's and oneDNN's versions."""
+    names, said = [], onednn_header() + torch.__config__.show()  # MKL-DNN v3.12.0
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        names = re.findall(r"^model name\s*:\s*(.+)$", f.read(), re.MULTILINE)
+    isa, onednn = re.search(r",isa:(.*)", said), re.search(r"DNN v(\S+)", said)
+    host = dict(reference_cpu=names[0].strip() if names else platform.machine())
+    host.update(reference_isa=isa and isa[1].strip(), reference_onednn=onednn and onednn[1])
+    host.update(reference_threads=torch.get_num_threads(), reference_torch=str(torch.__version__))
+    return {**host, "reference_aten_isa": torch.backends.cpu.get_cpu_capability()}
+
+
+@functools.cache
+def onednn_header() -> str:
+    """oneDNN's verbose header (its version, threads, ISA), printed once a process, the first
+    time verbose is on: caught from the standard output's file while one tiny reorder runs."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 1)
+            try:
+                with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):  # type: ignore[no-untyped-call]
+                    torch.ones(1, 1).to_mkldnn()
+            finally:
+                os.dup2(saved, 1)
+            caught.seek(0)
+            return caught.read().decode(errors="replace")
+    except Exception:  # no oneDNN in this build: no ISA to say
+        return ""
+    finally:
+        os.close(saved)
