@@ -518,3 +518,45 @@ def test_pairs_of_different_fullgraph_policies_are_warned_of(tmp_path: Path) -> 
 
 def test_pairs_that_do_not_record_their_policy_are_not_warned_of(board: Dashboard) -> None:
     assert board.warning is None and page_dashboard(board, {})["warning"] is None
+def test_a_pair_whose_references_came_from_another_kind_of_host_is_flagged(
+    tmp_path: Path,
+) -> None:
+    """Over the models both pairs tested, the older pair's CPU references came from one kind of
+    host and the newer's from another: its column says from what, flagged, and so do the
+    report (after the table), its JSON and the page's tab (the table's line)."""
+    epyc = dict(reference_cpu="AMD EPYC", reference_isa="Intel AVX2")
+    xeon = dict(reference_cpu="Intel Xeon", reference_isa="Intel AVX10.1 and Intel AMX")
+    rows = [
+        result_row("m/a", **epyc, **_OLD),
+        result_row("m/b", **epyc, **_OLD),
+        result_row("m/a", "FAIL(output)", **xeon),
+        result_row("m/b", **epyc),
+        result_row("m/new", **xeon),
+    ]
+    write_results(tmp_path, rows)
+    board = dashboard(tmp_path)
+    new = _columns(board)[NEW]
+    assert new.reference_hosts == {
+        "AMD EPYC, Intel AVX2": 1,
+        "Intel Xeon, Intel AVX10.1 and Intel AMX": 2,
+    }
+    assert new.versus is not None and new.versus.reference_hosts == (
+        "a: AMD EPYC, Intel AVX2 (2). b: AMD EPYC, Intel AVX2 (1); "
+        "Intel Xeon, Intel AVX10.1 and Intel AMX (1)"
+    )
+    line = dict(_lines(board))["CPU references from"]
+    assert line[0] == "AMD EPYC, Intel AVX2 (2)"
+    assert line[1].endswith("(another kind of host than the previous pair's)")
+    report = dashboard_report(tmp_path).splitlines()
+    start = report.index("CPU references from different kinds of host than the previous pair's")
+    assert report[start + 1] == f"{NEW} vs {OLD}: {new.versus.reference_hosts}"
+    assert json.loads(dashboard_report(tmp_path, "json"))[1]["versus"]["reference_hosts"]
+    shown = page_dashboard(board, {})
+    assert ("CPU references from", *line) in [tuple(x["cells"]) for x in shown["lines"]]
+    assert [h["reference_host"] for h in history(board)["m/a"]] == [
+        "AMD EPYC, Intel AVX2",
+        "Intel Xeon, Intel AVX10.1 and Intel AMX",
+    ]
+    alike = [result_row("m/a", **epyc, **_OLD), result_row("m/a", **epyc)]
+    write_results(tmp_path / "alike", alike)
+    assert "kinds of host" not in dashboard_report(tmp_path / "alike")

@@ -47,6 +47,7 @@ from pytest_neuronsupport.dataset.support import (
     COLUMNS,
     FP64_COLUMNS,
     PHASE_COLUMNS,
+    REFERENCE_HOST_COLUMNS,
     SCHEMA,
     SUPPORT,
 )
@@ -132,6 +133,11 @@ EXPECTED_COLUMNS = (
     "compile_cache",
     "fullgraph",
     "lnc",
+    "reference_cpu",
+    "reference_isa",
+    "reference_threads",
+    "reference_torch",
+    "reference_onednn",
 )
 
 # One line of a journal written by the previous version (results.Journal.append of a Row),
@@ -966,7 +972,7 @@ def test_a_file_of_the_schema_before_architecture_loads_them_null_and_upgrades(
     later = (
         *("architecture", "model_type", *PHASE_COLUMNS, "graphs_cached", "graphs_compiled"),
         *("compiled", "cpu_ops", "fallback_execution", "backend_compile_s", *FP64_COLUMNS),
-        *("core_s", "download_s", "compile_cache", "fullgraph", "lnc"),
+        *("core_s", "download_s", "compile_cache", "fullgraph", "lnc", *REFERENCE_HOST_COLUMNS),
     )
     before = pa.schema([f for f in SCHEMA if f.name not in later], metadata=SCHEMA.metadata)
     assert before.names[-1] == "checked_by"

@@ -101,7 +101,9 @@ def test_diff_names_the_models_that_changed_in_each_format(results: Path) -> Non
         "error_b": "RuntimeError: zoo:llama broke",
         "only_in": None,
         "moved": "",
+        "reference_hosts": "",
         "in_both": 3,
+        "pair_reference_hosts": "",
     }
     assert [(r["model_id"], r["only_in"]) for r in records[1:]] == [
         ("zoo:t5", None),
@@ -235,3 +237,42 @@ def test_diff_warns_when_the_pairs_compiled_under_different_fullgraph_policies(
     assert done.stderr.strip() == found.warning
     assert diff(results, OLD, NEW).warning is None  # the older pair does not say
     assert diff(results, NEW, NEW).warning is None
+#: Two kinds of host a reference may come from: this machine's, and a Sapphire Rapids'.
+EPYC = dict(reference_cpu="AMD EPYC", reference_isa="Intel AVX2", reference_threads=2)
+XEON = dict(
+    reference_cpu="Intel(R) Xeon(R) Platinum 8488C",
+    reference_isa="Intel AVX10.1 and Intel AMX with bfloat16 and 8-bit integer support",
+    reference_threads=8,
+)
+
+
+def test_diff_says_when_two_pairs_references_came_from_different_kinds_of_host(
+    tmp_path: Path,
+) -> None:
+    """A "regression" between two pairs can be a change of host: the diff says so for the pair
+    (each side's kinds of host, with their rows) and for each change; the threads alone, or a
+    row without a recorded host (an older file), are no other kind."""
+    rows = [
+        result_row("zoo:llama", compiler_version="2.9.0", **EPYC),
+        result_row("zoo:llama", "FAIL(output)", cpu_match="N at token 0", **XEON),
+        result_row("zoo:t5", compiler_version="2.9.0", **EPYC),
+        result_row("zoo:t5", **XEON),
+        result_row("zoo:old", compiler_version="2.9.0"),
+        result_row("zoo:old", "FAIL(gen)"),
+    ]
+    found = diff(write_results(tmp_path / "r", rows), OLD, NEW)
+    epyc, xeon = "AMD EPYC, Intel AVX2", f"{XEON['reference_cpu']}, {XEON['reference_isa']}"
+    assert found.reference_hosts == f"a: {epyc} (2). b: {xeon} (2)"
+    changed = {c.model_id: c.reference_hosts for c in found.changes}
+    assert changed == {"zoo:llama": f"a: {epyc} (1). b: {xeon} (1)", "zoo:old": ""}
+    text = format_changes(found, OLD, NEW, "text").splitlines()
+    assert text[1] == f"their CPU references came from different kinds of host: a: {epyc} (2)." + (
+        f" b: {xeon} (2)"
+    )
+    assert f"  reference hosts: a: {epyc} (1). b: {xeon} (1)" in text
+    same = [result_row("zoo:x", compiler_version="2.9.0", **EPYC), result_row("zoo:x", **EPYC)]
+    same[1]["reference_threads"] = 64
+    alike = diff(write_results(tmp_path / "same", same), OLD, NEW)
+    assert alike.reference_hosts == "" and "kinds of host" not in format_changes(
+        alike, OLD, NEW, "text"
+    )

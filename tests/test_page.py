@@ -48,6 +48,9 @@ C = "aot_eager-2.13.0 / transformers-5.24.0"
 ZETA_REPRO = "import torch\n# repro.py of org/zeta-lm: <linear> & nothing else\n"
 ZETA_CLASS: dict[str, Any] = {"architecture": "LlamaForCausalLM", "model_type": "llama"}
 ZETA_BREAKS = ["Data-dependent branching (modeling.py:12 in forward)", "print() (x.py:3 in f)"]
+#: zeta-lm's CPU references: in A from one kind of host, in B (A's previous pair) another's.
+XEON: dict[str, Any] = {"reference_cpu": "Intel Xeon", "reference_isa": "Intel AVX10.1 and AMX"}
+EPYC: dict[str, Any] = {"reference_cpu": "AMD EPYC", "reference_isa": "Intel AVX2"}
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -55,7 +58,13 @@ def _rows() -> list[dict[str, Any]]:
     c: dict[str, Any] = {"compiler": "aot_eager"}
     return [
         result_row(
-            "org/zeta-lm", "PASS", selection_rank=1, neuron_cores=2, wall_s=75.0, **ZETA_CLASS
+            "org/zeta-lm",
+            "PASS",
+            selection_rank=1,
+            neuron_cores=2,
+            wall_s=75.0,
+            **ZETA_CLASS,
+            **XEON,
         ),
         result_row(
             "org/zeta-lm",
@@ -71,6 +80,7 @@ def _rows() -> list[dict[str, Any]]:
             repro_ops_after=1,
             repro_ops=["torch._C._nn.linear"],
             **ZETA_CLASS,
+            **EPYC,
             **b,
         ),
         result_row(
@@ -465,7 +475,9 @@ def test_the_dashboard_view_is_the_commands_table_with_plots_and_links(
     rows = detail.locator("#detail-history tbody tr").evaluate_all(
         "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
     )
-    assert rows == [[B, "FAIL(gen)", "—", "—"], [A, "PASS", "—", "—"]]
+    epyc, xeon = (", ".join(host.values()) for host in (EPYC, XEON))
+    assert rows == [[B, "FAIL(gen)", "—", "—", epyc], [A, "PASS", "—", "—", xeon]]
+    assert detail.locator('dd[data-field="reference_host"]').text_content() == epyc
     assert [h["pair"] for h in history(board)["org/zeta-lm"]] == [B, A]
     detail.locator("#detail-close").click()
     page.click('button[data-view="all"]')
@@ -485,6 +497,12 @@ def test_the_dashboard_compares_like_with_like_and_lists_the_rest_apart(
     cells = "t => [...t.rows].map(r => [...r.cells].map(c => c.textContent.trim()))"
     table = {line[0]: line[2:] for line in page.locator("#dashboard table").evaluate(cells)}
     assert table["tested in both"] == ["-", "-", "1"]  # the columns: C, B, A
+    # zeta-lm's references: B's from an EPYC, A's from a Xeon: A's column says so
+    hosts = table["CPU references from"]
+    assert hosts[1] == "AMD EPYC, Intel AVX2 (1)"
+    assert hosts[2] == (
+        "Intel Xeon, Intel AVX10.1 and AMX (1) (another kind of host than the previous pair's)"
+    )
     # A's own pass rate is over its 3 models; its change over zeta-lm alone: FAIL -> PASS
     assert table["pass rate"][2] == "66.7% (+100.0 pp over 1 in both: 0.0% -> 100.0%)"
     apart = page.locator(f'#dashboard .apart-pair[data-pair="{A}"]')

@@ -311,6 +311,10 @@ def test_the_real_minilm_from_its_package_passes_the_hidden_state_check(
     assert leased["reference_cached"] is True, leased.get("reference_miss")
     assert row["reference_s"] > 0 and not row["download_s"]
     assert row["core_s"] >= row["neuron_cores"] * row["wall_s"] - 0.01 > 0
+    # what computed its reference: this host, and oneDNN's instruction set on it
+    assert row["reference_cpu"] and row["reference_isa"].startswith("Intel ")
+    assert row["reference_threads"] >= 1 and row["reference_torch"] == row["torch"]
+    assert row["reference_onednn"] and check["reference_aten_isa"]
 
 
 def near_tied_llama(sweep: SweepRunner) -> Path:

@@ -30,7 +30,9 @@ __all__ = [
     "COLUMN_DOCS",
     "DEVICE_DOCS",
     "FP64_COLUMNS",
+    "HOST_KIND",
     "PHASE_COLUMNS",
+    "REFERENCE_HOST_COLUMNS",
     "RESULT_MEANINGS",
     "SCHEMA",
     "SCHEMA_VERSION",
@@ -46,6 +48,18 @@ PHASE_COLUMNS: Final = ("load_s", "compile_s", "generate_s", "forward_s", "refer
 #: The output check's numbers against float64: the device's error, the CPU eager run's in the
 #: same dtype (the measured noise), and the largest error that passes (``check.fp64``).
 FP64_COLUMNS: Final = ("fp64_error_device", "fp64_error_eager", "fp64_tolerance")
+
+#: What computed the CPU reference (the reference file's ``info``): the CPU's model, oneDNN's
+#: ISA on it, torch's threads, torch's and oneDNN's versions. Two references come from the same
+#: kind of host when their :data:`HOST_KIND` columns agree.
+REFERENCE_HOST_COLUMNS: Final = (
+    "reference_cpu",
+    "reference_isa",
+    "reference_threads",
+    "reference_torch",
+    "reference_onednn",
+)
+HOST_KIND: Final = ("reference_cpu", "reference_isa")
 
 SCHEMA: Final[pa.Schema] = pa.schema(
     [
@@ -107,6 +121,11 @@ SCHEMA: Final[pa.Schema] = pa.schema(
         pa.field("compile_cache", pa.string()),
         # the device's policy and configuration (appended: older files load them null)
         *POLICY_FIELDS,
+        # what computed the CPU reference (appended: older files load them null)
+        *(
+            pa.field(name, pa.int32() if name == "reference_threads" else pa.string())
+            for name in REFERENCE_HOST_COLUMNS
+        ),
     ],
     metadata={"neuronsupport_schema": SCHEMA_VERSION},
 )
@@ -351,6 +370,20 @@ COLUMN_DOCS: Final[dict[str, str]] = {
         "logical core, 1 or 2, as `neuron-ls -j` reports it; `NEURON_LOGICAL_NC_CONFIG`): what "
         "`neuron_cores` and `hbm_capacity_gb` mean on Neuron; null off Neuron."
     ),
+    "reference_cpu": (
+        "The CPU that computed the run's CPU reference (its model name, `/proc/cpuinfo`), which "
+        "may be another host's when the reference was cached: with `reference_isa`, the kind of "
+        "host; `diff`, the dashboard and the page say when two pairs' references came from "
+        "different kinds; null where no reference ran, and in files written before the column."
+    ),
+    "reference_isa": (
+        "The instruction set oneDNN used on that CPU, in oneDNN's words (`Intel AVX2`, `Intel "
+        "AVX-512 with Intel DL Boost and bfloat16 support`...; `ONEDNN_MAX_CPU_ISA` caps it). "
+        "The verdict does not depend on it (a half dtype's eager run is rounded in float64)."
+    ),
+    "reference_threads": "The threads torch used for the CPU reference.",
+    "reference_torch": "The torch version that computed the CPU reference.",
+    "reference_onednn": "The oneDNN version inside that torch.",
 }
 """One sentence (or two) per column of :data:`SCHEMA`, in its order: the meaning of each."""
 

@@ -23,7 +23,11 @@ performance rows (``perf/``):
   cache, seeded from a bucket or warm from earlier runs);
 - **memory ratio**: the geometric mean over the models of compiled/eager peak memory
   (``peak_gb / eager_peak_gb`` of its PASS performance rows; none on CPU);
-- **graph breaks**: their total over the pair's latest rows.
+- **graph breaks**: their total over the pair's latest rows;
+- **CPU references from**: the kinds of host (the CPU and oneDNN's ISA, the rows'
+  ``reference_cpu`` and ``reference_isa``) the pair's CPU references came from, with their
+  models; flagged where, over the models both tested, they are not the previous pair's (a
+  change there may be the host's, not the compiler's; listed again after the table).
 
 A column's figures are over all its models. Every figure is set against the previous pair of
 the same compiler (the column before it in that order: the compiler's previous release, or the
@@ -63,6 +67,7 @@ from pytest_neuronsupport.views.dashboard_types import (
     NONE,
     ONLY_HERE,
     ONLY_PREVIOUS,
+    OTHER_HOSTS,
     WORST_OF,
     Column,
     Dashboard,
@@ -71,6 +76,7 @@ from pytest_neuronsupport.views.dashboard_types import (
     Versus,
     Worst,
 )
+from pytest_neuronsupport.views.lookup import hosts_text
 from pytest_neuronsupport.views.perf import Grid
 
 __all__ = [
@@ -143,6 +149,7 @@ def grid(board: Dashboard) -> Grid:
         ("tested in both", *versus(lambda v: v.in_both)),
         ("tested only in this pair", *versus(lambda v: len(v.only_here))),
         ("tested only in the previous", *versus(lambda v: len(v.only_previous))),
+        ("CPU references from", *(_hosts_cell(column) for column in columns)),
     ]
     for metric in METRICS:
         lines.append((metric.name, *(_cell(column, metric) for column in columns)))
@@ -150,6 +157,13 @@ def grid(board: Dashboard) -> Grid:
             for result in Result:
                 lines.append((result.value, *(_count_cell(column, result) for column in columns)))
     return Grid("", ("", *(column.pair for column in columns)), tuple(lines))
+
+
+def _hosts_cell(column: Column) -> str:
+    """The kinds of host a pair's CPU references came from, with their models; and, where they
+    are not the previous pair's over the models in both, :data:`OTHER_HOSTS`."""
+    text = hosts_text(column.reference_hosts) or NONE
+    return f"{text} ({OTHER_HOSTS})" if column.versus and column.versus.reference_hosts else text
 
 
 def _worst_text(worst: Sequence[Worst]) -> str:
@@ -196,12 +210,16 @@ def dashboard_report(results: Path, fmt: str = "text") -> str:
         for key, worst in named:
             lines.append(f"  {BY_KEY[key].name}: {_worst_text(worst)}")
     lines += _apart_lines(board)
+    hosts = [(c.pair, c.versus) for c in board.columns if c.versus and c.versus.reference_hosts]
+    if hosts:
+        lines += ["", "CPU references from different kinds of host than the previous pair's"]
+        lines += [f"{pair} vs {v.previous}: {v.reference_hosts}" for pair, v in hosts]
     return "\n".join(lines) + "\n"
 
 
 def history(board: Dashboard) -> dict[str, list[dict[str, Any]]]:
-    """model id → its result, compile time and speedup in each pair it has figures in, in the
-    columns' order (for the page's detail view)."""
+    """model id → its result, compile time, speedup and the kind of host of its CPU reference in
+    each pair it has figures in, in the columns' order (for the page's detail view)."""
     found: dict[str, list[dict[str, Any]]] = {}
     for column in board.columns:
         for model_id, f in board.figures[column.pair].items():
@@ -213,6 +231,7 @@ def history(board: Dashboard) -> dict[str, list[dict[str, Any]]]:
                     "compiled_nothing": f.compiled_nothing,
                     "compile_s": f.compile_s,
                     "speedup": f.speedup,
+                    "reference_host": f.reference_host,
                 }
             )
     return found

@@ -36,6 +36,8 @@ from pytest_neuronsupport.views.dashboard_types import (
 from pytest_neuronsupport.views.lookup import (
     fullgraph_of,
     fullgraph_warning,
+    host_kind,
+    hosts_apart,
     natural_key,
     split_models,
 )
@@ -131,6 +133,7 @@ def _pair_figures(
             graph_breaks=breaks if isinstance(breaks, int) else None,
             graphs_cached=cached,
             graphs_compiled=fresh,
+            reference_host=None if row is None else host_kind(row),
         )
     return figures
 
@@ -262,6 +265,10 @@ def _versus(
         counts=now.counts,
         previous_counts=then.counts,
         models=now.models,
+        reference_hosts=hosts_apart(
+            (before[m].reference_host for m in split.both),
+            (here[m].reference_host for m in split.both),
+        ),
     )
 
 
@@ -313,6 +320,9 @@ def _column(
         },
         left_out=sum(f.left_out for f in figures.values()),
         worst=_worst(list(figures.values()), set(() if versus is None else versus.only_here)),
+        reference_hosts=dict(
+            Counter(f.reference_host for f in figures.values() if f.reference_host is not None)
+        ),
         versus=versus,
     )
 

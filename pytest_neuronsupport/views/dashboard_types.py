@@ -18,6 +18,9 @@ ONLY_HERE: Final = "only in this pair"
 """How the models only this pair tested are named."""
 ONLY_PREVIOUS: Final = "only in the previous"
 """How the models only the previous pair tested are named."""
+OTHER_HOSTS: Final = "another kind of host than the previous pair's"
+"""How a pair whose CPU references came from other kinds of host than its previous pair's
+(over the models both tested) is flagged: a change of result there may be the host's."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class ModelFigures:
     #: ``graphs_compiled`` of its row).
     graphs_cached: int | None = None
     graphs_compiled: int | None = None
+    reference_host: str | None = None
+    """The kind of host its CPU reference came from (:func:`~.lookup.host_kind`)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,9 @@ class Versus:
     models: dict[str, int]
     """Per figure (:data:`METRICS`' keys), the models in both that it is made of: those with
     that figure in both pairs (a result for the pass rate and the counts)."""
+    reference_hosts: str = ""
+    """Each pair's kinds of host its CPU references came from, over the models in both, where
+    they differ (:func:`~.lookup.hosts_apart`: a change of host, not of compiler); else empty."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,8 @@ class Column:
     left_out: int
     """Speedup figures left out: flagged ``wide_interval``."""
     worst: dict[str, list[Worst]] = field(default_factory=dict)
+    reference_hosts: dict[str, int] = field(default_factory=dict)
+    """The kinds of host its models' CPU references came from, with how many models each."""
     versus: Versus | None = None
     """The comparison with :attr:`previous`; None for a compiler's first pair."""
     fullgraph: bool | None = None

@@ -4,7 +4,8 @@ Pairs are named as their file under ``<results>/data`` (``inductor-2.13.0/transf
 with or without ``.parquet``, with or without a leading ``data/`` or results folder). Two pairs
 are compared like with like: ``diff`` sets results against each other over the models with a row
 in both, and lists the models of one pair only apart (:func:`split_models`, which the dashboard
-uses too).
+uses too); and it says when the two pairs' CPU references came from different kinds of host
+(:func:`host_kind`: the CPU and oneDNN's ISA), a change of host and not of compiler.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import csv
 import io
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.files import latest_positions, read_table
 from pytest_neuronsupport.dataset.layout import DATA, check_relpath, data_files, run_py_path
+from pytest_neuronsupport.dataset.support import HOST_KIND
 from pytest_neuronsupport.pipeline.classify import (
     own_error,
     result_text,
@@ -41,6 +44,9 @@ __all__ = [
     "format_changes",
     "fullgraph_of",
     "fullgraph_warning",
+    "host_kind",
+    "hosts_apart",
+    "hosts_text",
     "latest_rows",
     "lookup",
     "natural_key",
@@ -215,6 +221,8 @@ class Change:
     only_in: str | None = None
     #: Which side of the float64 check moved between the two rows (:func:`moved`).
     moved: str = ""
+    #: The kinds of host of the two rows' references, where they differ (``a -> b``).
+    reference_hosts: str = ""
 
 
 #: A float64 error that changed by more than this factor between two rows has moved.
@@ -262,6 +270,26 @@ def fullgraph_warning(policies: Mapping[str, bool | None]) -> str | None:
         "fullgraph=True (FAIL(gen), FAIL(forward)) and passes under False, so a change between "
         "them may be the policy's, not the compiler's"
     )
+def host_kind(row: Mapping[str, Any]) -> str | None:
+    """The kind of host that computed a row's CPU reference: its CPU and oneDNN's ISA there
+    (``AMD EPYC, Intel AVX2``); None for a row without them (no reference, an older file)."""
+    parts = [str(row[column]) for column in HOST_KIND if row.get(column)]
+    return ", ".join(parts) or None
+
+
+def hosts_apart(a: Iterable[str | None], b: Iterable[str | None]) -> str:
+    """Empty when two sets of rows' references (each row's :func:`host_kind`) came from the
+    same kinds of host (rows without one aside); else each side's kinds, with how many rows
+    each: ``a: X (12). b: Y (10)``."""
+    kinds = [Counter(kind for kind in side if kind is not None) for side in (a, b)]
+    if not all(kinds) or set(kinds[0]) == set(kinds[1]):
+        return ""
+    return "a: {}. b: {}".format(*(hosts_text(found) for found in kinds))
+
+
+def hosts_text(kinds: Mapping[str, int]) -> str:
+    """Kinds of host with how many rows each: ``AMD EPYC, Intel AVX2 (12); ...``."""
+    return "; ".join(f"{kind} ({n})" for kind, n in sorted(kinds.items()))
 
 
 @dataclass(frozen=True)
@@ -275,12 +303,16 @@ class Diff:
     only_a: list[Change]
     only_b: list[Change]
     warning: str | None = None
+    #: The kinds of host the two pairs' references came from, where they differ over the
+    #: models in both (:func:`hosts_apart`).
+    reference_hosts: str = ""
 
     def records(self) -> list[dict[str, Any]]:
         """Every entry as a record: the changes, then the models only in a, then only in b;
         each with ``only_in`` and ``in_both`` (the models the changes are taken over)."""
         entries = [*self.changes, *self.only_a, *self.only_b]
-        return [{**asdict(entry), "in_both": self.in_both} for entry in entries]
+        both = {"in_both": self.in_both, "pair_reference_hosts": self.reference_hosts}
+        return [{**asdict(entry), **both} for entry in entries]
 
 
 def _change(model_id: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Change:
@@ -288,7 +320,8 @@ def _change(model_id: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | N
     error_a, error_b = (first_line(why_failed(r or {}), 200) for r in (a, b))
     only_in = "a" if b is None else "b" if a is None else None
     shift = moved(a, b) if a is not None and b is not None else ""
-    return Change(model_id, result_a, result_b, error_a, error_b, only_in, shift)
+    hosts = hosts_apart([host_kind(a)], [host_kind(b)]) if a is not None and b is not None else ""
+    return Change(model_id, result_a, result_b, error_a, error_b, only_in, shift, hosts)
 
 
 def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
@@ -310,11 +343,15 @@ def diff(results: Path, pair_a: str, pair_b: str) -> Diff:
         only_a=[_change(m, rows_a[m], None) for m in split.only_a],
         only_b=[_change(m, None, rows_b[m]) for m in split.only_b],
         warning=fullgraph_warning(policies) if pair_a != pair_b else None,
+        reference_hosts=hosts_apart(
+            (host_kind(rows_a[m]) for m in split.both), (host_kind(rows_b[m]) for m in split.both)
+        ),
     )
 
 
 _CSV_FIELDS = (
-    "model_id", "result_a", "result_b", "error_a", "error_b", "only_in", "moved", "in_both"
+    "model_id", "result_a", "result_b", "error_a", "error_b", "only_in", "moved",
+    "reference_hosts", "in_both", "pair_reference_hosts",
 )  # fmt: skip
 
 
@@ -336,6 +373,10 @@ def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
         f"over the {found.in_both} model(s) in both",
         *([found.warning] if found.warning else []),
     ]
+    if found.reference_hosts:
+        lines.append(
+            f"their CPU references came from different kinds of host: {found.reference_hosts}"
+        )
     for c in found.changes:
         lines.append(f"{c.model_id}: {c.result_a} -> {c.result_b}")
         for side, error in (("a", c.error_a), ("b", c.error_b)):
@@ -343,6 +384,8 @@ def format_changes(found: Diff, pair_a: str, pair_b: str, fmt: str) -> str:
                 lines.append(f"  {side}: {error}")
         if c.moved:
             lines.append(f"  moved: {c.moved}")
+        if c.reference_hosts:
+            lines.append(f"  reference hosts: {c.reference_hosts}")
     for side, only in (("a", found.only_a), ("b", found.only_b)):
         if only:
             lines.append(f"{len(only)} model(s) only in {side}, not compared:")

@@ -77,6 +77,8 @@ _FIELDS: Final = (
     "backend",
     "dtype",
     "tested_at",
+    "reference_cpu",
+    "reference_isa",
 )
 """The columns the page shows (besides the pair and the task, made from others)."""
 

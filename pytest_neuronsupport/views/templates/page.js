@@ -199,6 +199,7 @@
       wall: seconds(row.wall_s),
       memory: memoryText(row),
       device_backend: [row.device, row.backend].filter(Boolean).join(" / "),
+      reference_host: [row.reference_cpu, row.reference_isa].filter(Boolean).join(", ") || null,
       check: prettyJson(row.check),
       graphs: row.graph_count === null ? null : `${row.graph_count} / ${dash(row.graph_breaks)}`,
       cpu_ops_text: row.cpu_ops === null ? null : row.cpu_ops.join(", ") || "none",
@@ -242,6 +243,7 @@
           el("td", "result", result),
           el("td", "num", entry.compile_s === null ? "—" : entry.compile_s.toFixed(2)),
           el("td", "num", entry.speedup === null ? "—" : `${entry.speedup.toFixed(2)}x`),
+          el("td", "host", entry.reference_host ?? "—"),
         );
       }),
     );
