@@ -28,16 +28,6 @@ from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of 
 )
 from tests.sweeping import SweepRunner, run_folder
 
-#: The suite's verdicts on real weights are calibrated on CPUs without bf16 matrix units. On one
-#: with them (AMX, AVX512-BF16: a Sapphire Rapids host), oneDNN computes bf16 with them, the
-#: eager bf16 scores move further from float64, and the output check's near-tie tolerance (3
-#: times that error) calls SmolLM2's swapped top two, 2.2 logits apart, rounding (2.66): a PASS
-#: where the suite expects FAIL(output). The cap holds the suite's numerics to one kind of CPU,
-#: in this process and in every sweep and run it starts (oneDNN reads it at its first use; a
-#: CPU without those units is not changed by it). The product's own verdict on such a host is
-#: named in the closing note of issue 38.
-os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
-
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Before any test: :func:`import_first`; the process is counted among those running
