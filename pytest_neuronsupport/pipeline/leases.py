@@ -209,8 +209,9 @@ HOST_FIXED_BYTES = 1 * GIB
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 
 
-#: Bytes a parameter of a CPU reference: fp32, or fp64 beside fp32 (its float64 copy is made of
-#: the fp32 one, which stays loaded).
+#: Bytes a parameter of a CPU reference: fp32, or with float64 (its passes one after the other:
+#: fp32, 4; the eager run in a half dtype, its weights and their float64 copy, 10; float64, 8;
+#: counted as fp32 beside float64).
 REFERENCE_BYTES = {"fp32": 4, "fp64": 12}
 
 

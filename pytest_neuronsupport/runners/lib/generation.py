@@ -133,6 +133,7 @@ def cpu_reference(params: dict[str, Any], gen: Generation) -> dict[str, Any]:
     verifies; else the fixed rule decides)."""
     model = load_pretrained(gen.model_class, params, "float32", "cpu")
     (tokens, scores), (again, scores_again) = (greedy(model, gen, "cpu") for _ in range(2))
+    model = None  # freed: the eager run (bf16 and its float64 copy) and float64's need the room
     same_shape = scores.shape == scores_again.shape
     difference = float((scores - scores_again).abs().nan_to_num().max()) if same_shape else None
     info = {"reference_reproducible": tokens == again, "reference_max_score_difference": difference}
