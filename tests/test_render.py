@@ -265,10 +265,10 @@ def lines(text: str) -> int:
 #: library's warning shown, never raised, whatever the run's ``PYTHONWARNINGS``; 20 more for a
 #: forked run's own thread pool, made before its threads, and its stacks written on request:
 #: where a run that timed out hung; 7 more for issue 45: a graph break raised in the harness's
-#: own code, its sharding's, is the harness's failure, FAIL(other), never the model's; 115 more
+#: own code, its sharding's, is the harness's failure, FAIL(other), never the model's; 118 more
 #: for issue 46: the eager run in a half dtype computed in float64 and rounded at each operation,
 #: the same on every host, and what computed the reference, the CPU and oneDNN's ISA among it).
-ONE_CORE, SEVERAL_CORES = 582, 707
+ONE_CORE, SEVERAL_CORES = 585, 710
 #: What the English judge adds at most, where the support mode runs a script again with it
 #: (its CPU run failed or did not reproduce itself) or a several-core run's host cannot hold
 #: the model in fp32 (judge_needed).
