@@ -518,6 +518,8 @@ def test_pairs_of_different_fullgraph_policies_are_warned_of(tmp_path: Path) -> 
 
 def test_pairs_that_do_not_record_their_policy_are_not_warned_of(board: Dashboard) -> None:
     assert board.warning is None and page_dashboard(board, {})["warning"] is None
+
+
 def test_a_pair_whose_references_came_from_another_kind_of_host_is_flagged(
     tmp_path: Path,
 ) -> None:

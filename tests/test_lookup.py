@@ -237,6 +237,8 @@ def test_diff_warns_when_the_pairs_compiled_under_different_fullgraph_policies(
     assert done.stderr.strip() == found.warning
     assert diff(results, OLD, NEW).warning is None  # the older pair does not say
     assert diff(results, NEW, NEW).warning is None
+
+
 #: Two kinds of host a reference may come from: this machine's, and a Sapphire Rapids'.
 EPYC = dict(reference_cpu="AMD EPYC", reference_isa="Intel AVX2", reference_threads=2)
 XEON = dict(

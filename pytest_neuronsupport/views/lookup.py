@@ -270,6 +270,8 @@ def fullgraph_warning(policies: Mapping[str, bool | None]) -> str | None:
         "fullgraph=True (FAIL(gen), FAIL(forward)) and passes under False, so a change between "
         "them may be the policy's, not the compiler's"
     )
+
+
 def host_kind(row: Mapping[str, Any]) -> str | None:
     """The kind of host that computed a row's CPU reference: its CPU and oneDNN's ISA there
     (``AMD EPYC, Intel AVX2``); None for a row without them (no reference, an older file)."""
