@@ -37,21 +37,19 @@ def perf_row(
     }
 
 
-def result_row(
-    model_id: str,
-    result: str = "PASS",
-    *,
-    compiler: str = "inductor",
-    compiler_version: str = "2.13.0",
-    library_version: str = "5.24.0",
-    minutes: int = 0,
-    **values: object,
-) -> dict[str, Any]:
+def result_row(model_id: str, result: str = "PASS", /, **fields: Any) -> dict[str, Any]:
     """A validated row of ``model_id`` as a sweep records it, tested ``minutes`` after T0.
 
-    A failed result gets an ``error`` naming the model unless one is given; every row gets a
-    small ``run_py`` naming the model and the pair.
+    ``fields`` are columns of the row (checked by the table's validation, not here), and
+    ``minutes`` (default 0). The pair is ``compiler`` (default inductor), ``compiler_version``
+    (2.13.0) and ``library_version`` (5.24.0, also the ``transformers`` column); the
+    ``backend`` is the compiler. A failed result gets an ``error`` naming the model unless one
+    is given; every row gets a small ``run_py`` naming the model and the pair.
     """
+    minutes = fields.pop("minutes", 0)
+    compiler = fields.pop("compiler", "inductor")
+    compiler_version = fields.pop("compiler_version", "2.13.0")
+    library_version = fields.pop("library_version", "5.24.0")
     failed = result.startswith("FAIL")
     defaults: dict[str, Any] = {
         "library": "transformers",
@@ -80,7 +78,7 @@ def result_row(
             "result": result,
             "tested_at": T0 + dt.timedelta(minutes=minutes),
             **defaults,
-            **values,
+            **fields,
         },
         SUPPORT,
     )
