@@ -13,7 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from pytest_neuronsupport import baseline
-from pytest_neuronsupport.modellist import bundled_dir, parse
+from pytest_neuronsupport.bundled import bundled_dir
+from pytest_neuronsupport.modellist import parse
 from tests.sweeping import SweepRunner
 
 EXPECTED = bundled_dir() / "architectures-expected.toml"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_neuronsupport.modellist import bundled_dir, parse
+from pytest_neuronsupport.bundled import bundled_dir
+from pytest_neuronsupport.modellist import parse
 from pytest_neuronsupport.runners import Runners
 from pytest_neuronsupport.zoo import architectures, processor, table
 
@@ -207,4 +208,5 @@ def test_the_table_is_regenerated_by_building_each_class() -> None:
         "LlamaForCausalLM": None,
         "NemotronForCausalLM": NOT_BUILDABLE["NemotronForCausalLM"],
     }
-    assert found["NemotronForCausalLM"].startswith("TypeError: ")
+    said = found["NemotronForCausalLM"]
+    assert said is not None and said.startswith("TypeError: ")

@@ -160,8 +160,8 @@ def test_an_unknown_bucket_with_a_read_only_token_stops_the_sweep_at_its_start(
     what to do; the bucket is not made."""
     runner = instance(tmp_path, "reader", zoo_cache)
     args = ["--neuron-device", "neuron", "--neuron-compile-cache", "hf://buckets/team/none"]
-    result = runner.run("zoo:bert", backend="neuron", args=args, env=hub_env(hub, "hf_reader"))
-    result = result.result
+    done = runner.run("zoo:bert", backend="neuron", args=args, env=hub_env(hub, "hf_reader"))
+    result = done.result
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "--neuron-compile-cache hf://buckets/team/none does not exist" in err

@@ -17,6 +17,7 @@ from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import packages
 from pytest_neuronsupport.pipeline.plan import plan
 from pytest_neuronsupport.runners import Runners
+from pytest_neuronsupport.units import GB
 from tests.sweeping import SweepRunner
 from tests.test_hub import free_port
 
@@ -187,16 +188,16 @@ def test_the_hub_cache_is_bounded_by_evicting_models_done_least_recently_used_fi
     evicted += hub.bound_cache(1_000, ["org/a", "org/b"], cache)
     assert [repo_id for repo_id, _ in evicted] == ["org/a", "org/b"]
     assert [r.repo_id for r in scan_cache_dir(cache).repos] == ["org/still-to-run"]
-    line = hub.eviction_line(evicted, 4 * hub.GB)
+    line = hub.eviction_line(evicted, 4 * GB)
     assert line is not None and line.startswith(
         "hub cache: evicted 2 checkpoints, 3.0 MB, after their runs"
     )
     assert line.endswith("--neuron-hub-cache-max 4 GB: org/a, org/b")
-    assert hub.eviction_line([], 4 * hub.GB) is None
+    assert hub.eviction_line([], 4 * GB) is None
     # over a sweep: each model done in turn, never the judge's checkpoint
     for repo_id in sizes:
         hf_hub_download(repo_id, "model.safetensors", cache_dir=cache, endpoint=minihub.url)
-    bound = hub.CacheBound(max_gb=3_500_000 / hub.GB, judge="org/b@main", cache_dir=cache)
+    bound = hub.CacheBound(max_gb=3_500_000 / GB, judge="org/b@main", cache_dir=cache)
     bound.done("org/b")  # the judge: kept although it is done
     assert bound.evicted == [] and bound.notes() == []
     bound.done("org/a")
@@ -207,7 +208,7 @@ def test_the_hub_cache_is_bounded_by_evicting_models_done_least_recently_used_fi
 def test_without_a_bound_the_disk_keeps_a_free_floor() -> None:
     """``--neuron-hub-cache-max`` not given: the cache may grow while the disk has a quarter
     of itself free (at most 25 GB); below that floor it is bounded to leave the floor."""
-    gb = hub.GB
+    gb = GB
     assert hub.free_floor(64 * gb) == 16 * gb  # a small disk: a quarter
     assert hub.free_floor(2000 * gb) == 25 * gb  # a large one: 25 GB
     # 64 GB disk, 10 GB free, cache holds 40 GB: it may hold 40 - (16 - 10) = 34 GB

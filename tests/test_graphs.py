@@ -3,6 +3,7 @@ where a failure was raised (runners/lib/graphs.py), on small functions compiled 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -175,12 +176,13 @@ def test_a_break_in_the_harness_sharding_is_the_harness_failure_not_the_models(
 
     def run(params: dict[str, Any], ops: Any, model: Any) -> dict[str, Any]:
         with step("gen", Result.FAIL_GEN):
-            torch.compile(model, backend=params["backend"], fullgraph=True)(torch.ones(2, 4))
+            compiled: Callable[[torch.Tensor], Any] = torch.compile(
+                model, backend=params["backend"], fullgraph=True
+            )
+            compiled(torch.ones(2, 4))
         return {"result": Result.PASS}
 
-    dist.init_process_group(
-        "gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0, world_size=1
-    )
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 's'}", rank=0, world_size=1)
     try:
         sharded = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 4)))
         verdict = attempt({"backend": "eager"}, partial(run, model=sharded), CpuOps)

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from pytest_neuronsupport.pipeline.leases import (
-    GIB,
     Hold,
     HostMemoryGate,
     HostMemoryWarning,
@@ -28,6 +27,7 @@ from pytest_neuronsupport.pipeline.leases import (
     with_descendants,
 )
 from pytest_neuronsupport.pipeline.stopping import Stopped
+from pytest_neuronsupport.units import GIB
 
 
 def gate(

@@ -9,9 +9,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, get_session, hf_raise_for_status
 from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+from huggingface_hub.utils._headers import build_hf_headers
 
 from pytest_neuronsupport.minihub import MiniHub
 

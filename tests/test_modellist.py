@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_neuronsupport.bundled import bundled_dir
 from pytest_neuronsupport.modellist import (
     ModelListError,
-    bundled_dir,
     check_unique,
     default_lists,
     parse,

@@ -69,12 +69,13 @@ def test_a_gguf_file_is_dequantized_once_into_a_plain_checkpoint(real_models: An
     assert "quantization_config" not in config and config["model_type"] == "llama"
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     assert tokenizer.chat_template
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)  # in eval mode
     assert next(model.parameters()).dtype == torch.float32
     chat = [{"role": "user", "content": "What is the capital of France?"}]
     inputs = tokenizer.apply_chat_template(
         chat, add_generation_prompt=True, return_dict=True, return_tensors="pt"
     )
+    assert isinstance(inputs, transformers.BatchEncoding)
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])

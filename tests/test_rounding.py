@@ -67,7 +67,7 @@ def test_writes_into_an_input_and_views_stay_the_models_own() -> None:
     assert total == cache.double().sum().to(torch.bfloat16)
 
 
-@torch.library.custom_op("neuronsupport_tests::no_float64", mutates_args=())  # type: ignore[misc]
+@torch.library.custom_op("neuronsupport_tests::no_float64", mutates_args=())
 def no_float64(x: torch.Tensor) -> torch.Tensor:
     """An operation with no float64 kernel (as some libraries' are)."""
     if x.dtype == torch.float64:
@@ -75,7 +75,7 @@ def no_float64(x: torch.Tensor) -> torch.Tensor:
     return x * 2
 
 
-@no_float64.register_fake  # type: ignore[misc]
+@no_float64.register_fake
 def _(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 

@@ -36,7 +36,8 @@ def test_a_filter_of_one_module_and_message_keeps_its_scope() -> None:
         shown_not_raised()
         (action, message, category, module, lineno), *_ = warnings.filters
         assert (action, category, lineno) == ("default", Warning, 0)
-        assert message.pattern == "Initializing" and module.pattern == "torch.nn"
+        assert message is not None and message.pattern == "Initializing"
+        assert module is not None and module.pattern == "torch.nn"
         warnings.warn_explicit(
             "Initializing zero-element tensors", UserWarning, "x.py", 1, "torch.nn"
         )

@@ -132,6 +132,7 @@ def _widest(values: Any) -> torch.dtype | None:
 
 def _kernel(op: Any, policy: str) -> Any:
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        dtype: torch.dtype | None
         if policy == "lower":
             dtype = torch.get_autocast_dtype("neuron")
         elif policy == "float32":
