@@ -25,7 +25,11 @@ from pytest_neuronsupport.runners.lib.protocol import (
     REFERENCE_FAILED_ENV,
     phase_times,
 )
-from pytest_neuronsupport.runners.lib.reference import ReferenceFailed, cached_reference
+from pytest_neuronsupport.runners.lib.reference import (
+    ReferenceFailed,
+    cached_reference,
+    reference_host,
+)
 from tests.shared_sweeps import SUPPORT
 from tests.sweeping import Sweep
 
@@ -164,22 +168,25 @@ def test_a_reference_file_not_read_says_why_in_the_verdict(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The run that computes a reference its file was named for says why it did not read it:
-    none yet, made for other parameters, or damaged; the file then holds the new one."""
+    none yet, made for other parameters, or damaged; the file then holds the new one, with
+    what computed it (this host)."""
     path = tmp_path / "reference.pt"
     monkeypatch.setenv(REFERENCE_ENV, str(path))
     made = iter(range(10))
+    host = reference_host()
+    assert host["reference_torch"] == torch.__version__ and host["reference_threads"] >= 1
 
     def compute() -> dict[str, Any]:
         return {"info": {"made": next(made)}}
 
     ref, cached = cached_reference({"dtype": "float32"}, compute)
-    assert (cached, ref["info"]) == (False, {"made": 0, "reference_miss": "no file yet"})
+    assert (cached, ref["info"]) == (False, {"made": 0, **host, "reference_miss": "no file yet"})
     ref, cached = cached_reference({"dtype": "float32"}, compute)
-    assert (cached, ref["info"]) == (True, {"made": 0})  # read as it was kept
+    assert (cached, ref["info"]) == (True, {"made": 0, **host})  # read as it was kept
     ref, cached = cached_reference({"dtype": "bfloat16"}, compute)
     miss = ref["info"]["reference_miss"]
     assert (cached, miss) == (False, "the file was made for other parameters")
     path.write_bytes(b"not a torch file")
     ref, cached = cached_reference({"dtype": "bfloat16"}, compute)
     assert not cached and ref["info"]["reference_miss"].startswith("the file could not be read: ")
-    assert torch.load(path, weights_only=True)["info"] == {"made": 2}
+    assert torch.load(path, weights_only=True)["info"] == {"made": 2, **host}
