@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_neuronsupport import torchneuron
+from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 
 
 def package_version(distribution: str) -> str | None:
@@ -298,7 +299,14 @@ class CpuDevice(Device):
         return len(os.sched_getaffinity(0))
 
     def pin_env(self, cores: Sequence[int]) -> dict[str, str]:
-        return dict.fromkeys(THREADS_ENV, str(len(cores)))
+        """A run's compute threads, and inductor's compile workers, are its cores: left to
+        itself inductor starts a pool of a worker per CPU of the host in every run (up to 32),
+        which the other runs' cores pay for. A ``TORCHINDUCTOR_COMPILE_THREADS`` the sweep's
+        own environment sets is the user's choice, kept."""
+        pinned = dict.fromkeys(THREADS_ENV, str(len(cores)))
+        if COMPILE_THREADS_ENV not in os.environ:
+            pinned[COMPILE_THREADS_ENV] = str(len(cores))
+        return pinned
 
     def reference_env(self, cores: int, workers: int = 1) -> dict[str, str]:
         """The CPU is the device here: a reference's pass uses as many threads as its run's

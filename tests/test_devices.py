@@ -10,6 +10,7 @@ import pytest
 
 from pytest_neuronsupport import devices
 from pytest_neuronsupport.devices import CpuDevice, NeuronDevice, core_ranges
+from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 from pytest_neuronsupport.stack import installed_stack
 
 
@@ -47,7 +48,11 @@ def neuron_ls_for_tests(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_pinning_environment_per_device(neuron_ls_for_tests: None) -> None:
     assert NeuronDevice().pin_env([4, 5, 6, 7]) == {"NEURON_RT_VISIBLE_CORES": "4-7"}
     assert devices.DEVICES["cuda"].pin_env([1, 0]) == {"CUDA_VISIBLE_DEVICES": "0,1"}
-    assert CpuDevice().pin_env([0, 1]) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    assert CpuDevice().pin_env([0, 1]) == {
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "TORCHINDUCTOR_COMPILE_THREADS": "2",  # inductor's compile workers: its cores too
+    }
 
 
 @pytest.fixture
@@ -79,10 +84,14 @@ def test_the_hosts_cpus_are_shared_among_the_workers_processes(
         "NEURON_RT_VISIBLE_CORES": "0",
     }
     assert cpu.reference_env(2, workers=64) == cpu.lease_env([5, 6], workers=64)
-    assert cpu.lease_env([5, 6], workers=64) == dict.fromkeys(devices.THREADS_ENV, "2")
+    assert cpu.lease_env([5, 6], workers=64) == dict.fromkeys(
+        (*devices.THREADS_ENV, COMPILE_THREADS_ENV), "2"
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
     assert neuron.reference_env(1, workers=64) == {}
     assert neuron.lease_env([0], workers=64) == {"NEURON_RT_VISIBLE_CORES": "0"}
+    monkeypatch.setenv(COMPILE_THREADS_ENV, "4")  # the user's compile workers stand too
+    assert cpu.lease_env([5, 6]) == dict.fromkeys(devices.THREADS_ENV, "2")
 
 
 def test_compiler_names_the_dataset_folder() -> None:

@@ -21,6 +21,7 @@ from pytest_neuronsupport.pipeline.isolate import (
     RunRequest,
     SubprocessExecutor,
 )
+from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 
 PHASE = "[neuronsupport] phase:"
 
@@ -233,20 +234,26 @@ def test_an_unpinned_run_computes_with_the_threads_its_environment_gives(
     executor: Executor, tmp_path: Path
 ) -> None:
     """A reference's pass holds no core: its threads are its share of the host
-    (``OMP_NUM_THREADS``), forked from a server whose torch took every CPU or started fresh."""
+    (``OMP_NUM_THREADS``), forked from a server whose torch took every CPU or started fresh;
+    so are inductor's compile workers (``TORCHINDUCTOR_COMPILE_THREADS``), which the server's
+    inductor sized by the host's CPUs when it was imported."""
     script = tmp_path / "run.py"
-    script.write_text("import torch\nprint(torch.get_num_threads(), flush=True)\n")
+    script.write_text(
+        "import torch, torch._inductor.config as inductor\n"
+        "print(torch.get_num_threads(), inductor.compile_threads, flush=True)\n"
+    )
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", COMPILE_THREADS_ENV: "1"}
     request = RunRequest(
         script=script,
         cwd=tmp_path,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        env={**os.environ, **one},
         verdict_path=tmp_path / "verdict.json",
         log_path=tmp_path / "output.log",
         timeout_s=300.0,  # wide: a loaded machine starts the fork server slowly
     )
     outcome = executor.run(request)
     assert outcome.returncode == 0, outcome.log_tail
-    assert outcome.log_tail.split() == ["1"]
+    assert outcome.log_tail.split() == ["1", "1"]
 
 
 def test_a_forked_run_starts_with_torch_imported_and_no_device_runtime(

@@ -51,6 +51,7 @@ from pytest_neuronsupport.modellist import ModelSpec
 from pytest_neuronsupport.pipeline import classify, packages
 from pytest_neuronsupport.pipeline.modelrun import ScriptRun, run_script
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
+from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 from pytest_neuronsupport.runners.lib.protocol import Result
 
 #: The results a compile can be narrowed for.
@@ -266,7 +267,7 @@ def _bisector(
     log.unlink(missing_ok=True)
     state = s.cache / "bisect" / "compiler" / uuid.uuid4().hex[:12]
     env = sweep.environment(RUN_ENV, {"TORCHINDUCTOR_CACHE_DIR": str(state)})
-    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no pool of compile workers started each run
+    env[COMPILE_THREADS_ENV] = "1"  # no pool of compile workers started each run
     needs = needs_of(text)
     if needs:
         overlay = str(packages.overlay(needs, s.cache, s.timeout_s))

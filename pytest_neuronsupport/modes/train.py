@@ -32,6 +32,7 @@ from pytest_neuronsupport.pipeline.plan import Plan
 from pytest_neuronsupport.pipeline.render import RunParams, ScriptPlan, render
 from pytest_neuronsupport.pipeline.sweep import RUN_ENV, Sweep
 from pytest_neuronsupport.records import ModeOutcome
+from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 from pytest_neuronsupport.runners.lib.protocol import Result, first_line
 from pytest_neuronsupport.settings import Settings
 
@@ -44,7 +45,7 @@ TIMED_STEPS = 2
 SEARCHES = ("native", "compiled")
 #: What a training run's environment sets unless the user's says otherwise: no tokenizer
 #: thread pool nor compile workers (threads and processes map address space under the cap).
-TRIAL_ENV = {**RUN_ENV, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+TRIAL_ENV = {**RUN_ENV, COMPILE_THREADS_ENV: "1"}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ PR_SET_PDEATHSIG = 1
 #: Asks a run's process for its threads' Python stacks (:func:`stacks_on_request`): the
 #: plugin sends it to each process of a run that timed out, before stopping them.
 STACKS_SIGNAL = signal.SIGUSR1
+#: The environment variable that sizes inductor's pool of compile workers: torch reads it once,
+#: when ``torch._inductor.config`` is imported (a forked run sets the value itself).
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 def stacks_on_request() -> None:
