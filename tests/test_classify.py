@@ -141,5 +141,7 @@ def test_the_backends_own_error_comes_first_where_dynamo_wrapped_it() -> None:
     )
     row = {"model_id": "m", "result": Result.FAIL_GEN, "error": error}
     assert failure_text(row, None).startswith("FAIL(gen) m: NotImplementedError: test backend")
+    ranked = classify.own_error(f"rank 1 of 2: {error}")  # a several-core run's rank said it
+    assert ranked is not None and ranked.split("\n")[0] == f"rank 1 of 2: {own.split(chr(10))[0]}"
     assert classify.own_error("ValueError: plain") == "ValueError: plain"  # nothing wrapped
     assert classify.own_error(None) is None

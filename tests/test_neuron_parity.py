@@ -222,4 +222,7 @@ def test_a_compile_the_stand_in_fails_names_its_operator_whichever_runner(
         runners.add(row["runner"])
         assert row["result"] == "FAIL(gen)", (model, row["error"])
         assert f"no lowering for {FAILED_OP}" in row["error"], (model, row["error"])
+        # the row's line names it too, the failing rank's of a several-core run included
+        assert f"no lowering for {FAILED_OP}" in row["notes"], (model, row["notes"])
+        assert row["error_site"], model  # where the compiler raised it: a bisection's signature
     assert runners == {"run_dense_ep", "run_seq2seq", "run_multimodal"}

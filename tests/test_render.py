@@ -267,8 +267,9 @@ def lines(text: str) -> int:
 #: where a run that timed out hung; 7 more for issue 45: a graph break raised in the harness's
 #: own code, its sharding's, is the harness's failure, FAIL(other), never the model's; 118 more
 #: for issue 46: the eager run in a half dtype computed in float64 and rounded at each operation,
-#: the same on every host, and what computed the reference, the CPU and oneDNN's ISA among it).
-ONE_CORE, SEVERAL_CORES = 585, 710
+#: the same on every host, and what computed the reference, the CPU and oneDNN's ISA among it;
+#: 3 more for a failing rank's own error named in the row's line, and where it was raised).
+ONE_CORE, SEVERAL_CORES = 585, 713
 #: What the English judge adds at most, where the support mode runs a script again with it
 #: (its CPU run failed or did not reproduce itself) or a several-core run's host cannot hold
 #: the model in fp32 (judge_needed).

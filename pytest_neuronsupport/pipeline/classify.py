@@ -260,7 +260,10 @@ def last_exception(text: str) -> str | None:
 
 #: dynamo's wrapper of a backend's error: ``BackendCompilerFailed: backend='x' raised:``, then
 #: on the next line the backend's own exception.
-WRAPPED = re.compile(r"(?P<wrapper>\w+): (?P<backend>backend=\S+) raised:[ \t]*\n\s*(?P<own>\S.*)")
+WRAPPED = re.compile(
+    r"(?P<rank>rank \d+ of \d+: )?"  # a several-core run's failing rank
+    r"(?P<wrapper>\w+): (?P<backend>backend=\S+) raised:[ \t]*\n\s*(?P<own>\S.*)"
+)
 
 
 def own_error(error: str | None) -> str | None:
@@ -270,7 +273,8 @@ def own_error(error: str | None) -> str | None:
     found = WRAPPED.match(error or "")
     if found is None:
         return error
-    return f"{found['own']} (through {found['wrapper']} {found['backend']})\n{error}"
+    own = f"{found['rank'] or ''}{found['own']}"
+    return f"{own} (through {found['wrapper']} {found['backend']})\n{error}"
 
 
 def why_failed(row: Mapping[str, Any]) -> str | None:

@@ -81,6 +81,9 @@ def launch_ranks(params: dict[str, Any], ops_class: Any, rank: Callable[[], int]
                 failure = json.load(f)
             verdict = {"result": failure["result"], "error": f"rank {r} of {world}: "}
             verdict["error"] += failure["error"]
+            if failure.get("notes"):  # the error a wrapper (dynamo's) wraps, named
+                verdict["notes"] = f"rank {r} of {world}: {failure['notes']}"
+            verdict["error_site"] = failure.get("error_site")
         write_verdict(verdict, argv)
     for name in filter(os.path.exists, said):
         os.unlink(name)
