@@ -392,7 +392,7 @@ def _forked_run(
     elif env.get("OMP_NUM_THREADS", "").isdigit() and "torch" in sys.modules:
         # the server's torch sized its pool before the run's environment was known
         sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
-    inductor = sys.modules.get("torch._inductor.config")
+    inductor: Any = sys.modules.get("torch._inductor.config")
     if inductor is not None and env.get(COMPILE_THREADS_ENV, "").isdigit():
         # read from the server's environment when it imported inductor; its pool is made later
         inductor.compile_threads = int(env[COMPILE_THREADS_ENV])
