@@ -14,6 +14,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from pytest_neuronsupport import zoo
+from pytest_neuronsupport.devices import host_threads
 from tests.shared_sweeps import (  # noqa: F401  (fixtures: the sweeps tests of several files read)
     arrive,
     failing_backend_sweep,
@@ -33,6 +34,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Before any test: :func:`import_first`; the process is counted among those running
     tests (:func:`~tests.shared_sweeps.arrive`). Not in xdist's controller, which runs none."""
     if runs_tests(session.config):
+        share_the_host(session.config)
         import_first()
         arrive(run_folder(session.config._tmp_path_factory))  # type: ignore[attr-defined]
 
@@ -41,6 +43,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """The last process of the test run to end kills the background sweeps still running."""
     if runs_tests(session.config):
         leave(run_folder(session.config._tmp_path_factory))  # type: ignore[attr-defined]
+
+
+def share_the_host(config: pytest.Config) -> None:
+    """The test workers share the host's CPUs as a sweep's xdist workers do
+    (:func:`~pytest_neuronsupport.devices.host_threads`): each worker's processes compute with
+    its share of them, unless the environment sets a thread count. A sweep run by a test does
+    not know the other worker computes too: its CPU references, and the tests' own runs in this
+    process, would each take every CPU, and OpenMP's threads spin waiting for a CPU the other
+    worker holds (measured: a tiny model's forward passes, two such processes on two CPUs,
+    take 2.6 times the CPU time of one thread each). Before torch is imported here."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    os.environ.update(host_threads(int(workers)))
 
 
 def runs_tests(config: pytest.Config) -> bool:
