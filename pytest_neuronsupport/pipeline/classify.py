@@ -36,7 +36,7 @@ from pytest_neuronsupport.dataset.table import Table, row_to_json, validate_row
 from pytest_neuronsupport.pipeline.isolate import Outcome
 from pytest_neuronsupport.pipeline.packages import PackageError
 from pytest_neuronsupport.pipeline.plan import Exclusion
-from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+from pytest_neuronsupport.runners.lib.protocol import RANK_PREFIX, Result, first_line
 
 #: How a run's ``check`` says that no judge was in its script
 #: (:func:`pytest_neuronsupport.runners.lib.generation.unchecked`).
@@ -261,7 +261,7 @@ def last_exception(text: str) -> str | None:
 #: dynamo's wrapper of a backend's error: ``BackendCompilerFailed: backend='x' raised:``, then
 #: on the next line the backend's own exception.
 WRAPPED = re.compile(
-    r"(?P<rank>rank \d+ of \d+: )?"  # a several-core run's failing rank
+    rf"(?P<rank>{RANK_PREFIX.pattern})?"  # a several-core run's failing rank
     r"(?P<wrapper>\w+): (?P<backend>backend=\S+) raised:[ \t]*\n\s*(?P<own>\S.*)"
 )
 

@@ -52,7 +52,7 @@ from typing import Any, Final, Literal
 from packaging.version import InvalidVersion, Version
 
 from pytest_neuronsupport.dataset.layout import DATA, run_dir
-from pytest_neuronsupport.runners.lib.protocol import Result, first_line
+from pytest_neuronsupport.runners.lib.protocol import RANK_PREFIX, Result, first_line
 from pytest_neuronsupport.views.bisections import (
     Bisections,
     by_release,
@@ -83,7 +83,6 @@ NO_REPRO: Final = "no repro: rerun with --neuron-minify"
 
 _MESSAGE_LIMIT: Final = 200
 _PARQUET: Final = ".parquet"
-_RANK: Final = re.compile(r"^rank \d+ of \d+:?\s*")
 _TYPE: Final = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$", re.DOTALL)
 _TYPE_SUFFIXES: Final = ("Error", "Exception", "Interrupt", "Exit", "Failed")
 _BACKEND: Final = re.compile(r"^(backend=.*?) raised:\s*$")
@@ -275,7 +274,9 @@ def _unwrap(name: str, message: str, context: tuple[str, ...]) -> _Parsed:
 
 def _parse_error(text: str) -> _Parsed | None:
     """The exception (or the way the run ended) an ``error`` text names; None: neither."""
-    text = _RANK.sub("", text.strip(), count=1)
+    text = text.strip()
+    if rank := RANK_PREFIX.match(text):
+        text = text[rank.end() :]
     context: tuple[str, ...] = ()
     if text.startswith(_OURS):
         text, context = text.removeprefix(_OURS), ("pytest-neuronsupport",)

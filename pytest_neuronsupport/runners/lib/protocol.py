@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from enum import StrEnum
@@ -91,6 +92,11 @@ def first_line(text: str | None, limit: int = 300) -> str:
     """The first non-blank line of ``text``, cut to ``limit`` characters."""
     line = (text or "").strip().split("\n")[0]
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+#: A several-core run's error and note start with the rank that failed first (``rank 1 of 2: ``,
+#: ranks.py; ``rank 1 of 2 `` and how its process ended, where it said nothing).
+RANK_PREFIX = re.compile(r"rank \d+ of \d+:?[ \t]*")
 
 
 def write_verdict(verdict: dict[str, Any], argv: list[str]) -> None:
