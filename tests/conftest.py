@@ -52,9 +52,11 @@ def share_the_host(config: pytest.Config) -> None:
     not know the other worker computes too: its CPU references, and the tests' own runs in this
     process, would each take every CPU, and OpenMP's threads spin waiting for a CPU the other
     worker holds (measured: a tiny model's forward passes, two such processes on two CPUs,
-    take 2.6 times the CPU time of one thread each). Before torch is imported here."""
-    workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    os.environ.update(host_threads(int(workers)))
+    take 2.6 times the CPU time of one thread each). Before torch is imported here. Without
+    xdist, nothing is set: a sweep shares the CPUs among its own workers."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        os.environ.update(host_threads(workers))
 
 
 def runs_tests(config: pytest.Config) -> bool:
