@@ -47,6 +47,7 @@ import pytest
 import yaml
 from filelock import FileLock
 
+from pytest_neuronsupport.devices import CpuDevice
 from pytest_neuronsupport.runners.lib.processes import COMPILE_THREADS_ENV
 from tests.fresh_clone import ROOT, SWEEP_COMMAND, Scratch, prepared, run_command
 from tests.sweeping import run_folder
@@ -327,8 +328,7 @@ def run_page(page: str, scratch: Scratch, folder: Path) -> str | None:
     # A run.py run alone (docs/runners.md) compiles as the set-up sweep's one-core runs did,
     # into its inductor cache: read, not compiled again (with other compile threads inductor
     # misses it: measured). Sweeps set both themselves, the user's compile threads kept.
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(scratch.cache / "inductor"))
-    env.update({COMPILE_THREADS_ENV: "1"})
+    env.update(CpuDevice().run_env(scratch.cache), **{COMPILE_THREADS_ENV: "1"})
     for block in (b for b in BLOCKS if b.page == page and runnable(b)):
         failure = run_block(block, clone, env)
         if failure:

@@ -79,10 +79,10 @@ def launch_ranks(params: dict[str, Any], ops_class: Any, rank: Callable[[], int]
         if os.path.exists(said[r]):  # a rank that failed a phase (load, gen) said which
             with open(said[r], encoding="utf-8") as f:
                 failure = json.load(f)
-            verdict = {"result": failure["result"], "error": f"rank {r} of {world}: "}
-            verdict["error"] += failure["error"]
+            prefix = f"rank {r} of {world}: "  # protocol.RANK_PREFIX reads it
+            verdict = {"result": failure["result"], "error": prefix + failure["error"]}
             if failure.get("notes"):  # the error a wrapper (dynamo's) wraps, named
-                verdict["notes"] = f"rank {r} of {world}: {failure['notes']}"
+                verdict["notes"] = prefix + failure["notes"]
             verdict["error_site"] = failure.get("error_site")
         write_verdict(verdict, argv)
     for name in filter(os.path.exists, said):
